@@ -1,0 +1,20 @@
+//! Text to tokens and back for GGUF models: tokenizers built from `tokenizer.ggml.*` metadata
+//! (byte-level BPE and SentencePiece-style), incremental detokenization, and chat templates.
+
+mod bpe;
+mod byte_level;
+pub mod chat_template;
+mod decode_stream;
+mod error;
+mod gguf_vocab;
+mod special;
+mod spm;
+mod strftime;
+mod tokenizer;
+mod vocab;
+
+pub use chat_template::{ChatMessage, ChatTemplate, TemplateSource};
+pub use decode_stream::DecodeStream;
+pub use error::{TemplateError, TokenizerError};
+pub use tokenizer::Tokenizer;
+pub use vocab::{GgufVocab, TokenType};

@@ -1,0 +1,637 @@
+//! Paged attention over one layer's KV arena, for a batch mixing prefill chunks and decodes.
+//!
+//! Arena layout (f32), one for K and one for V:
+//! ```text
+//! [num_blocks][num_kv_heads][block_size][head_dim]
+//!  block b = block_tables[s][pos / block_size], slot offset = pos % block_size
+//! ```
+//! Query `i` of request `s` sits at `p = seq_len - q_len + i` and sees keys `p' <= p` (and with a
+//! sliding window `W`, only `p - p' < W`: llama.cpp's gemma3 SWA mask).
+//!
+//! Work item = (request, kv head, chunk of queries). An item keeps one online-softmax state
+//! (running max `m`, sum `l`, accumulator) per (query, head-of-the-group) row and walks the
+//! needed blocks once: each K/V block of its kv head is read once for every query head that
+//! shares it (GQA) and every query of the chunk. Blocks wholly outside the causal/window range
+//! are never touched. Items run on `parallel::run`; the scratch state is thread-local, so a
+//! steady-state call allocates nothing.
+
+use std::cell::RefCell;
+
+use crate::cpu::{SimdLevel, simd_level};
+use crate::ops::use_avx2;
+use crate::parallel::{self, SharedMut};
+
+/// State rows (queries x heads of a group) per work item: enough rows to reuse each K/V block
+/// well, few enough that items of a 512-token prefill balance over the threads.
+const ROWS_PER_ITEM: usize = 32;
+
+/// Shape of one layer's KV arena: `[num_blocks][num_kv_heads][block_size][head_dim]` f32.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvLayout {
+    /// Blocks in the arena.
+    pub num_blocks: usize,
+    /// Token slots per block.
+    pub block_size: usize,
+    /// KV heads per token.
+    pub num_kv_heads: usize,
+    /// Values per head.
+    pub head_dim: usize,
+}
+
+impl KvLayout {
+    /// Floats in one arena (K or V).
+    pub fn arena_len(&self) -> usize {
+        self.num_blocks * self.num_kv_heads * self.block_size * self.head_dim
+    }
+}
+
+/// The requests of one step, in vLLM's flattened form.
+#[derive(Clone, Copy, Debug)]
+pub struct AttnBatch<'a> {
+    /// `[S + 1]`: request `s` owns query rows `query_start_loc[s]..query_start_loc[s + 1]`.
+    pub query_start_loc: &'a [u32],
+    /// `[S]`: context length of each request after this step (cached + new tokens).
+    pub seq_lens: &'a [u32],
+    /// `[S][max_blocks_per_seq]` flat: each request's block ids in position order.
+    pub block_tables: &'a [u32],
+    /// Row stride of `block_tables`.
+    pub max_blocks_per_seq: usize,
+}
+
+/// Writes token `t`'s k and v (`[T][num_kv_heads * head_dim]`) to slot `slot_mapping[t]`
+/// (`= block * block_size + offset`).
+pub fn write_kv(
+    layout: &KvLayout,
+    k_cache: &mut [f32],
+    v_cache: &mut [f32],
+    slot_mapping: &[u32],
+    k: &[f32],
+    v: &[f32],
+) {
+    let (bs, nkv, hd) = (layout.block_size, layout.num_kv_heads, layout.head_dim);
+    let row = nkv * hd;
+    assert!(
+        k_cache.len() == layout.arena_len() && v_cache.len() == layout.arena_len(),
+        "write_kv: arena size"
+    );
+    assert!(
+        k.len() == slot_mapping.len() * row && v.len() == k.len(),
+        "write_kv: k/v not [T][kv heads * head_dim]"
+    );
+    for ((&slot, k_tok), v_tok) in slot_mapping
+        .iter()
+        .zip(k.chunks_exact(row))
+        .zip(v.chunks_exact(row))
+    {
+        let (block, offset) = (slot as usize / bs, slot as usize % bs);
+        debug_assert!(
+            block < layout.num_blocks,
+            "write_kv: slot {slot} past the arena"
+        );
+        for h in 0..nkv {
+            let dst = ((block * nkv + h) * bs + offset) * hd;
+            k_cache[dst..dst + hd].copy_from_slice(&k_tok[h * hd..(h + 1) * hd]);
+            v_cache[dst..dst + hd].copy_from_slice(&v_tok[h * hd..(h + 1) * hd]);
+        }
+    }
+}
+
+/// Causal paged attention: `out = softmax(q k^T * scale + mask) v` per request and head.
+/// `q`, `out`: `[T][n_heads * head_dim]`; query head `h` reads kv head `h / (n_heads / num_kv_heads)`.
+#[allow(clippy::too_many_arguments)] // the signature is the model<->kernel contract
+pub fn paged_attention(
+    layout: &KvLayout,
+    k_cache: &[f32],
+    v_cache: &[f32],
+    batch: &AttnBatch,
+    q: &[f32],
+    n_heads: usize,
+    scale: f32,
+    sliding_window: Option<u32>,
+    out: &mut [f32],
+) {
+    paged_attention_with(
+        simd_level(),
+        layout,
+        k_cache,
+        v_cache,
+        batch,
+        q,
+        n_heads,
+        scale,
+        sliding_window,
+        out,
+    );
+}
+
+/// [`paged_attention`] on an explicit SIMD level.
+#[allow(clippy::too_many_arguments)]
+pub fn paged_attention_with(
+    level: SimdLevel,
+    layout: &KvLayout,
+    k_cache: &[f32],
+    v_cache: &[f32],
+    batch: &AttnBatch,
+    q: &[f32],
+    n_heads: usize,
+    scale: f32,
+    sliding_window: Option<u32>,
+    out: &mut [f32],
+) {
+    let (nkv, hd) = (layout.num_kv_heads, layout.head_dim);
+    let n_req = batch.seq_lens.len();
+    assert!(
+        nkv > 0 && n_heads.is_multiple_of(nkv),
+        "paged_attention: {n_heads} heads not a multiple of {nkv} kv heads"
+    );
+    assert!(
+        k_cache.len() == layout.arena_len() && v_cache.len() == layout.arena_len(),
+        "paged_attention: arena size"
+    );
+    assert_eq!(
+        batch.query_start_loc.len(),
+        n_req + 1,
+        "paged_attention: query_start_loc is not [S + 1]"
+    );
+    assert!(
+        batch.block_tables.len() >= n_req * batch.max_blocks_per_seq,
+        "paged_attention: block_tables too short"
+    );
+    let n_tokens = batch.query_start_loc[n_req] as usize;
+    assert!(
+        q.len() == n_tokens * n_heads * hd && out.len() == q.len(),
+        "paged_attention: q/out not [T][heads * head_dim]"
+    );
+    for s in 0..n_req {
+        let (a, b) = (batch.query_start_loc[s], batch.query_start_loc[s + 1]);
+        assert!(
+            a <= b && b - a <= batch.seq_lens[s],
+            "paged_attention: request {s} has more queries than context"
+        );
+        let blocks = (batch.seq_lens[s] as usize).div_ceil(layout.block_size.max(1));
+        assert!(
+            blocks <= batch.max_blocks_per_seq,
+            "paged_attention: request {s} needs {blocks} blocks"
+        );
+    }
+
+    let group = n_heads / nkv;
+    let chunk_q = (ROWS_PER_ITEM / group).max(1);
+    let chunks = |s: usize| {
+        let q_len = (batch.query_start_loc[s + 1] - batch.query_start_loc[s]) as usize;
+        q_len.div_ceil(chunk_q)
+    };
+    let n_items: usize = (0..n_req).map(|s| nkv * chunks(s)).sum();
+    // Too few items to fill the pool (a lone decode, gemma's single kv head): split each item's
+    // keys into parts whose partial softmax states are merged afterwards (flash-decoding).
+    let threads = parallel::num_threads();
+    let max_context = batch.seq_lens.iter().copied().max().unwrap_or(0) as usize;
+    let n_split = if n_items == 0 || n_items >= threads {
+        1
+    } else {
+        (2 * threads)
+            .div_ceil(n_items)
+            .min(max_context / SPLIT_MIN_KEYS)
+            .max(1)
+    };
+    let part_stride = chunk_q * group * (hd + 2);
+    let mut partials = if n_split > 1 {
+        PARTIALS.take()
+    } else {
+        Vec::new()
+    };
+    partials.resize(n_items * n_split * part_stride, 0.0);
+    let job = Job {
+        layout: *layout,
+        k_cache,
+        v_cache,
+        batch,
+        q,
+        n_heads,
+        group,
+        chunk_q,
+        scale,
+        window: sliding_window.map(|w| w as usize),
+        avx2: use_avx2(level) && hd.is_multiple_of(8),
+        n_split,
+        part_stride,
+        out: SharedMut::new(out),
+        partials: SharedMut::new(&mut partials),
+    };
+    parallel::run(n_items * n_split, &|task| {
+        job.run_item(task / n_split, task % n_split)
+    });
+    if n_split > 1 {
+        for item in 0..n_items {
+            job.merge_parts(item);
+        }
+        PARTIALS.set(partials);
+    }
+}
+
+/// Fewest keys per part when an item's keys are split across threads.
+const SPLIT_MIN_KEYS: usize = 128;
+
+thread_local! {
+    /// The caller's buffer of split partial states, reused across calls.
+    static PARTIALS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Everything a work item reads; shared by reference across the pool. It is `Sync` because all
+/// fields are shared slices or plain values, except `out`, whose writes are disjoint (below).
+struct Job<'a> {
+    layout: KvLayout,
+    k_cache: &'a [f32],
+    v_cache: &'a [f32],
+    batch: &'a AttnBatch<'a>,
+    q: &'a [f32],
+    n_heads: usize,
+    group: usize,
+    chunk_q: usize,
+    scale: f32,
+    window: Option<usize>,
+    avx2: bool,
+    /// Key parts per item (1: no split).
+    n_split: usize,
+    /// Floats per (item, part) partial state: rows x (max, sum, acc[hd]).
+    part_stride: usize,
+    out: SharedMut<'a, f32>,
+    /// `[item][part]` partial states when `n_split > 1`.
+    partials: SharedMut<'a, f32>,
+}
+
+/// Per-thread online-softmax state, grown on demand and reused across calls.
+#[derive(Default)]
+struct Scratch {
+    acc: Vec<f32>,
+    max: Vec<f32>,
+    sum: Vec<f32>,
+    scores: Vec<f32>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+impl Job<'_> {
+    fn q_len(&self, s: usize) -> usize {
+        (self.batch.query_start_loc[s + 1] - self.batch.query_start_loc[s]) as usize
+    }
+
+    /// Item -> (request, kv head, query chunk). Within a request the last (longest, causal)
+    /// chunks come first so the dynamic claiming in `parallel::run` balances the tail.
+    fn locate(&self, mut item: usize) -> (usize, usize, usize) {
+        let nkv = self.layout.num_kv_heads;
+        for s in 0..self.batch.seq_lens.len() {
+            let chunks = self.q_len(s).div_ceil(self.chunk_q);
+            if item < chunks * nkv {
+                return (s, item % nkv, chunks - 1 - item / nkv);
+            }
+            item -= chunks * nkv;
+        }
+        unreachable!("work item past the batch")
+    }
+
+    /// Runs key part `part` of work item `item`.
+    fn run_item(&self, item: usize, part: usize) {
+        let (s, g, c) = self.locate(item);
+        let KvLayout {
+            block_size: bs,
+            num_kv_heads: nkv,
+            head_dim: hd,
+            ..
+        } = self.layout;
+        let (group, window) = (self.group, self.window);
+        let q0 = self.batch.query_start_loc[s] as usize;
+        let (q_len, seq_len) = (self.q_len(s), self.batch.seq_lens[s] as usize);
+        let i0 = c * self.chunk_q;
+        let nq = self.chunk_q.min(q_len - i0);
+        let rows = nq * group;
+        let first_pos = seq_len - q_len + i0;
+        let last_pos = first_pos + nq - 1;
+        let window_start = |p: usize| window.map_or(0, |w| (p + 1).saturating_sub(w));
+
+        SCRATCH.with_borrow_mut(|sc| {
+            sc.acc.clear();
+            sc.acc.resize(rows * hd, 0.0);
+            sc.max.clear();
+            sc.max.resize(rows, f32::NEG_INFINITY);
+            sc.sum.clear();
+            sc.sum.resize(rows, 0.0);
+            sc.scores.resize(bs.max(sc.scores.len()), 0.0);
+            let Scratch {
+                acc,
+                max,
+                sum,
+                scores,
+            } = sc;
+
+            let key_lo = window_start(first_pos);
+            let table = &self.batch.block_tables[s * self.batch.max_blocks_per_seq..];
+            let (first_block, n_blocks) = (key_lo / bs, last_pos / bs + 1 - key_lo / bs);
+            let part_blocks = (first_block + n_blocks * part / self.n_split)
+                ..(first_block + n_blocks * (part + 1) / self.n_split);
+            for j in part_blocks {
+                let base = ((table[j] as usize * nkv + g) * bs) * hd;
+                let k_blk = &self.k_cache[base..base + bs * hd];
+                let v_blk = &self.v_cache[base..base + bs * hd];
+                let blk_start = j * bs;
+                for qi in 0..nq {
+                    let p = first_pos + qi;
+                    let lo = window_start(p).max(blk_start);
+                    let hi = (p + 1).min(blk_start + bs);
+                    if lo >= hi {
+                        continue;
+                    }
+                    let (k_rows, v_rows) = (
+                        &k_blk[(lo - blk_start) * hd..(hi - blk_start) * hd],
+                        &v_blk[(lo - blk_start) * hd..(hi - blk_start) * hd],
+                    );
+                    let scores = &mut scores[..hi - lo];
+                    for hh in 0..group {
+                        let r = qi * group + hh;
+                        let q_row =
+                            &self.q[((q0 + i0 + qi) * self.n_heads + g * group + hh) * hd..][..hd];
+                        let acc_row = &mut acc[r * hd..(r + 1) * hd];
+                        self.update_row(
+                            q_row,
+                            k_rows,
+                            v_rows,
+                            scores,
+                            &mut max[r],
+                            &mut sum[r],
+                            acc_row,
+                        );
+                    }
+                }
+            }
+
+            if self.n_split > 1 {
+                let task = item * self.n_split + part;
+                // SAFETY: each (item, part) task owns its own stride of the partials buffer.
+                let dst = unsafe {
+                    self.partials
+                        .slice_mut(task * self.part_stride, rows * (hd + 2))
+                };
+                dst[..rows].copy_from_slice(max);
+                dst[rows..2 * rows].copy_from_slice(sum);
+                dst[2 * rows..].copy_from_slice(acc);
+                return;
+            }
+            for qi in 0..nq {
+                let start = ((q0 + i0 + qi) * self.n_heads + g * group) * hd;
+                // SAFETY: item (s, g, c) alone writes query rows q0+i0.. of request s, heads of
+                // group g: rows differ across (s, c), head ranges across g, so ranges are disjoint.
+                let dst = unsafe { self.out.slice_mut(start, group * hd) };
+                for hh in 0..group {
+                    let r = qi * group + hh;
+                    let inv = if sum[r] > 0.0 { 1.0 / sum[r] } else { 0.0 };
+                    for (o, &a) in dst[hh * hd..(hh + 1) * hd]
+                        .iter_mut()
+                        .zip(&acc[r * hd..(r + 1) * hd])
+                    {
+                        *o = a * inv;
+                    }
+                }
+            }
+        });
+    }
+
+    /// Combines the key parts of `item`: `out = sum_k e^(m_k - M) acc_k / sum_k e^(m_k - M) l_k`
+    /// with `M` the largest part max. Runs on the caller after the pool is done.
+    fn merge_parts(&self, item: usize) {
+        let (s, g, c) = self.locate(item);
+        let hd = self.layout.head_dim;
+        let group = self.group;
+        let q0 = self.batch.query_start_loc[s] as usize;
+        let i0 = c * self.chunk_q;
+        let nq = self.chunk_q.min(self.q_len(s) - i0);
+        let rows = nq * group;
+        // SAFETY: the pool has finished, so this is the only live slice of `partials`.
+        let parts = unsafe { self.partials.slice_mut(0, self.partials.len()) };
+        let part =
+            |k: usize| &parts[(item * self.n_split + k) * self.part_stride..][..rows * (hd + 2)];
+        for qi in 0..nq {
+            let start = ((q0 + i0 + qi) * self.n_heads + g * group) * hd;
+            // SAFETY: as in `run_item`, row ranges are disjoint; the pool has finished.
+            let dst = unsafe { self.out.slice_mut(start, group * hd) };
+            for hh in 0..group {
+                let r = qi * group + hh;
+                let m = (0..self.n_split)
+                    .map(|k| part(k)[r])
+                    .fold(f32::NEG_INFINITY, f32::max);
+                let o = &mut dst[hh * hd..(hh + 1) * hd];
+                o.fill(0.0);
+                if m == f32::NEG_INFINITY {
+                    continue;
+                }
+                let mut total = 0.0;
+                for k in 0..self.n_split {
+                    let p = part(k);
+                    let w = (p[r] - m).exp();
+                    total += w * p[rows + r];
+                    for (a, &x) in o.iter_mut().zip(&p[2 * rows + r * hd..][..hd]) {
+                        *a += w * x;
+                    }
+                }
+                let inv = 1.0 / total;
+                o.iter_mut().for_each(|a| *a *= inv);
+            }
+        }
+    }
+
+    /// Folds keys `k_rows` (n x hd) into one row's online softmax: scores, new running max,
+    /// rescale of the old sum and accumulator, then `acc += sum_k exp(s_k - m) v_k`.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn update_row(
+        &self,
+        q_row: &[f32],
+        k_rows: &[f32],
+        v_rows: &[f32],
+        scores: &mut [f32],
+        max: &mut f32,
+        sum: &mut f32,
+        acc: &mut [f32],
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        if self.avx2 {
+            // SAFETY: `avx2` is only set after run-time detection and when head_dim % 8 == 0;
+            // slice lengths are n * head_dim for k/v rows, head_dim for q and acc.
+            unsafe { avx2::update_row(q_row, k_rows, v_rows, self.scale, scores, max, sum, acc) };
+            return;
+        }
+        scalar_update_row(q_row, k_rows, v_rows, self.scale, scores, max, sum, acc);
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn scalar_update_row(
+    q_row: &[f32],
+    k_rows: &[f32],
+    v_rows: &[f32],
+    scale: f32,
+    scores: &mut [f32],
+    max: &mut f32,
+    sum: &mut f32,
+    acc: &mut [f32],
+) {
+    let hd = q_row.len();
+    let mut m_new = *max;
+    for (sc, k) in scores.iter_mut().zip(k_rows.chunks_exact(hd)) {
+        *sc = q_row.iter().zip(k).map(|(a, b)| a * b).sum::<f32>() * scale;
+        m_new = m_new.max(*sc);
+    }
+    let alpha = (*max - m_new).exp();
+    let mut block_sum = 0.0;
+    for sc in scores.iter_mut() {
+        *sc = (*sc - m_new).exp();
+        block_sum += *sc;
+    }
+    *sum = *sum * alpha + block_sum;
+    *max = m_new;
+    for a in acc.iter_mut() {
+        *a *= alpha;
+    }
+    for (&w, v) in scores.iter().zip(v_rows.chunks_exact(hd)) {
+        for (a, &x) in acc.iter_mut().zip(v) {
+            *a += w * x;
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use crate::ops::math::{exp256, hmax256, hsum256, load_partial};
+    use std::arch::x86_64::*;
+
+    /// AVX2 form of `scalar_update_row`; `q_row.len() % 8 == 0`.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn update_row(
+        q_row: &[f32],
+        k_rows: &[f32],
+        v_rows: &[f32],
+        scale: f32,
+        scores: &mut [f32],
+        max: &mut f32,
+        sum: &mut f32,
+        acc: &mut [f32],
+    ) {
+        let hd = q_row.len();
+        let n = scores.len();
+        debug_assert!(
+            hd.is_multiple_of(8)
+                && k_rows.len() == n * hd
+                && v_rows.len() == n * hd
+                && acc.len() == hd
+        );
+        // SAFETY (all blocks below): every pointer offset stays inside the slices whose
+        // lengths are asserted above: key/value k is at k*hd..(k+1)*hd, lanes step by 8 < hd.
+        let q = q_row.as_ptr();
+        let kp = k_rows.as_ptr();
+        let mut k = 0;
+        while k + 4 <= n {
+            let (mut a0, mut a1, mut a2, mut a3) = (
+                _mm256_setzero_ps(),
+                _mm256_setzero_ps(),
+                _mm256_setzero_ps(),
+                _mm256_setzero_ps(),
+            );
+            let mut d = 0;
+            while d < hd {
+                unsafe {
+                    let qv = _mm256_loadu_ps(q.add(d));
+                    a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kp.add(k * hd + d)), a0);
+                    a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kp.add((k + 1) * hd + d)), a1);
+                    a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kp.add((k + 2) * hd + d)), a2);
+                    a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kp.add((k + 3) * hd + d)), a3);
+                }
+                d += 8;
+            }
+            // Transpose-reduce the four accumulators into one vector of four dot products.
+            let s01 = _mm256_hadd_ps(a0, a1);
+            let s23 = _mm256_hadd_ps(a2, a3);
+            let s = _mm256_hadd_ps(s01, s23);
+            let s4 = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps::<1>(s));
+            // SAFETY: k + 4 <= n = scores.len().
+            unsafe {
+                _mm_storeu_ps(
+                    scores.as_mut_ptr().add(k),
+                    _mm_mul_ps(s4, _mm_set1_ps(scale)),
+                )
+            };
+            k += 4;
+        }
+        while k < n {
+            let mut a = _mm256_setzero_ps();
+            let mut d = 0;
+            while d < hd {
+                unsafe {
+                    a = _mm256_fmadd_ps(
+                        _mm256_loadu_ps(q.add(d)),
+                        _mm256_loadu_ps(kp.add(k * hd + d)),
+                        a,
+                    )
+                };
+                d += 8;
+            }
+            scores[k] = hsum256(a) * scale;
+            k += 1;
+        }
+
+        // Block max, rescale factor, exponentiated scores and their sum.
+        let mut mv = _mm256_set1_ps(*max);
+        let body = n / 8 * 8;
+        let mut i = 0;
+        while i < body {
+            mv = _mm256_max_ps(mv, unsafe { _mm256_loadu_ps(scores.as_ptr().add(i)) });
+            i += 8;
+        }
+        let m_new = scores[body..].iter().copied().fold(hmax256(mv), f32::max);
+        let mvec = _mm256_set1_ps(m_new);
+        let alpha = _mm256_cvtss_f32(exp256(_mm256_set1_ps(*max - m_new)));
+        let mut sv = _mm256_setzero_ps();
+        i = 0;
+        while i < body {
+            unsafe {
+                let p = scores.as_mut_ptr().add(i);
+                let e = exp256(_mm256_sub_ps(_mm256_loadu_ps(p), mvec));
+                _mm256_storeu_ps(p, e);
+                sv = _mm256_add_ps(sv, e);
+            }
+            i += 8;
+        }
+        let mut block_sum = hsum256(sv);
+        if body < n {
+            let e = exp256(_mm256_sub_ps(
+                unsafe { load_partial(scores.as_ptr().add(body), n - body) },
+                mvec,
+            ));
+            let mut tmp = [0.0f32; 8];
+            unsafe { _mm256_storeu_ps(tmp.as_mut_ptr(), e) };
+            for (sc, &t) in scores[body..].iter_mut().zip(&tmp) {
+                *sc = t;
+                block_sum += t;
+            }
+        }
+        *sum = *sum * alpha + block_sum;
+        *max = m_new;
+
+        // acc = acc * alpha + sum_k p_k v_k, one 8-lane strip of acc at a time (kept in a register).
+        let av = _mm256_set1_ps(alpha);
+        let vp = v_rows.as_ptr();
+        let mut d = 0;
+        while d < hd {
+            unsafe {
+                let pa = acc.as_mut_ptr().add(d);
+                let mut a = _mm256_mul_ps(_mm256_loadu_ps(pa), av);
+                for (k, &w) in scores.iter().enumerate() {
+                    a = _mm256_fmadd_ps(_mm256_set1_ps(w), _mm256_loadu_ps(vp.add(k * hd + d)), a);
+                }
+                _mm256_storeu_ps(pa, a);
+            }
+            d += 8;
+        }
+    }
+}

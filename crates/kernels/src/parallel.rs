@@ -1,0 +1,267 @@
+//! The fork-join used by every multi-threaded kernel: a persistent pool of workers that spin
+//! briefly, then park. `run(n, f)` hands out task indices `0..n` to the caller and the workers and
+//! returns when every task has finished. A decode step calls it a few hundred times, so the cost
+//! per call (publish a job, wake, claim, wait) is what matters, not throughput.
+//!
+//! Protocol (one job at a time; callers from different threads queue on `call_lock`):
+//! - `state` packs `generation << 32 | next_task`. The caller writes `job_f`, `n_tasks`, resets
+//!   `completed`, then publishes `(generation + 1, 0)`. Workers and the caller claim a task by
+//!   CAS on `state`, so a claim only succeeds for the generation the claimer read the job for.
+//! - Each finished task bumps `completed` (Release). The caller returns only once
+//!   `completed == n_tasks`; as every index was claimed by then, no one can claim again, and no
+//!   one still holds `f`. That is why a stack-borrowed `f` is sound to share: it outlives every
+//!   use. The job fields are only rewritten after that point, so a worker that won the CAS for
+//!   generation `g` reads `g`'s `f` (its read happens-before the caller's wait ends).
+//! - Parking uses a Dekker pair on SeqCst atomics: a worker bumps `sleepers` before its final
+//!   check of `state`; the caller stores `state` before reading `sleepers`. One of them sees the
+//!   other, so no wake-up is lost.
+
+use std::cell::Cell;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// How long an idle worker spins before parking. A decode step's gaps between kernels are a few
+/// to a few tens of microseconds; sleeping through them costs a futex wake (~5-20 us) per call.
+const SPIN_TIME: Duration = Duration::from_micros(100);
+
+type TaskFn<'a> = &'a (dyn Fn(usize) + Sync);
+
+static CONFIGURED_THREADS: AtomicUsize = AtomicUsize::new(0);
+static POOL: OnceLock<Pool> = OnceLock::new();
+
+thread_local! {
+    /// True on pool workers, and on a caller while it runs tasks: a nested `run` goes inline.
+    static IN_TASK: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Sets the total number of threads (caller included) kernels use. Call once at start-up,
+/// before the first kernel runs; later calls have no effect on a pool that already exists.
+pub fn set_num_threads(n: usize) {
+    CONFIGURED_THREADS.store(n.max(1), Ordering::Relaxed);
+}
+
+/// The number of threads (caller included) a `run` spreads over.
+pub fn num_threads() -> usize {
+    match POOL.get() {
+        Some(pool) => pool.threads,
+        None => configured_threads(),
+    }
+}
+
+fn configured_threads() -> usize {
+    match CONFIGURED_THREADS.load(Ordering::Relaxed) {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    }
+}
+
+/// Runs `f(0)..f(n_tasks - 1)` across the pool and returns when all are done. Tasks are claimed
+/// dynamically, so uneven tasks balance. A call from inside a task runs inline (no deadlock).
+/// A panic in a task is re-raised here after every other task has finished.
+pub fn run(n_tasks: usize, f: &(dyn Fn(usize) + Sync)) {
+    if n_tasks == 0 {
+        return;
+    }
+    if n_tasks == 1 || IN_TASK.with(Cell::get) {
+        (0..n_tasks).for_each(f);
+        return;
+    }
+    let pool = POOL.get_or_init(|| Pool::start(configured_threads()));
+    if pool.threads == 1 {
+        (0..n_tasks).for_each(f);
+        return;
+    }
+    pool.run(n_tasks, f);
+}
+
+struct Pool {
+    threads: usize,
+    shared: &'static Shared,
+    /// Serialises callers from different threads: the job slot holds one job at a time.
+    call_lock: Mutex<()>,
+}
+
+struct Shared {
+    /// `generation << 32 | next unclaimed task index`.
+    state: AtomicU64,
+    /// Task count of the current generation's job.
+    n_tasks: AtomicUsize,
+    /// Points at the caller's `&dyn Fn` (on its stack) for the current job.
+    job_f: AtomicPtr<TaskFn<'static>>,
+    /// Tasks of the current job that have returned.
+    completed: AtomicUsize,
+    /// Set when a task of the current job panicked.
+    panicked: AtomicBool,
+    /// Workers parked or about to park on `wake`.
+    sleepers: AtomicUsize,
+    park_lock: Mutex<()>,
+    wake: Condvar,
+}
+
+impl Pool {
+    fn start(threads: usize) -> Self {
+        let shared: &'static Shared = Box::leak(Box::new(Shared {
+            state: AtomicU64::new(0),
+            n_tasks: AtomicUsize::new(0),
+            job_f: AtomicPtr::new(std::ptr::null_mut()),
+            completed: AtomicUsize::new(0),
+            panicked: AtomicBool::new(false),
+            sleepers: AtomicUsize::new(0),
+            park_lock: Mutex::new(()),
+            wake: Condvar::new(),
+        }));
+        let mut started = 1;
+        for i in 1..threads {
+            let spawned = std::thread::Builder::new()
+                .name(format!("pagoda-worker-{i}"))
+                .spawn(move || worker_loop(shared));
+            if spawned.is_ok() {
+                started += 1;
+            }
+        }
+        Pool {
+            threads: started,
+            shared,
+            call_lock: Mutex::new(()),
+        }
+    }
+
+    fn run(&self, n_tasks: usize, f: TaskFn<'_>) {
+        // A poisoned lock only means another caller's task panicked; the slot is free again.
+        let _guard = self.call_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let s = self.shared;
+        let f_slot: TaskFn<'_> = f;
+        // Lifetime erased: every use of the pointer ends before this function returns (see the
+        // module header).
+        let f_ptr = (&f_slot as *const TaskFn<'_>)
+            .cast::<TaskFn<'static>>()
+            .cast_mut();
+        s.n_tasks.store(n_tasks, Ordering::Relaxed);
+        s.job_f.store(f_ptr, Ordering::Relaxed);
+        s.completed.store(0, Ordering::Relaxed);
+        s.panicked.store(false, Ordering::Relaxed);
+        let generation = (s.state.load(Ordering::Relaxed) >> 32).wrapping_add(1) & 0xffff_ffff;
+        s.state.store(generation << 32, Ordering::SeqCst);
+        if s.sleepers.load(Ordering::SeqCst) > 0 {
+            let _park = s.park_lock.lock().unwrap_or_else(|e| e.into_inner());
+            s.wake.notify_all();
+        }
+
+        IN_TASK.with(|t| t.set(true));
+        work_on(s, generation);
+        IN_TASK.with(|t| t.set(false));
+
+        let mut spins = 0u32;
+        while s.completed.load(Ordering::Acquire) < n_tasks {
+            spins += 1;
+            if spins < 1 << 14 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        if s.panicked.load(Ordering::Relaxed) {
+            resume_unwind(Box::new("a pagoda_kernels::parallel task panicked"));
+        }
+    }
+}
+
+/// Claims and runs tasks of job `generation` until none are left.
+fn work_on(s: &Shared, generation: u64) {
+    loop {
+        let cur = s.state.load(Ordering::Acquire);
+        if cur >> 32 != generation {
+            return;
+        }
+        let idx = (cur & 0xffff_ffff) as usize;
+        if idx >= s.n_tasks.load(Ordering::Acquire) {
+            return;
+        }
+        if s.state
+            .compare_exchange_weak(cur, cur + 1, Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
+        {
+            continue;
+        }
+        // SAFETY: we own claimed task `idx` of `generation`, so that job's caller is still
+        // waiting in `Pool::run` and the `&dyn Fn` it points at is alive (module header).
+        let f: TaskFn<'_> = unsafe { *s.job_f.load(Ordering::Acquire) };
+        if catch_unwind(AssertUnwindSafe(|| f(idx))).is_err() {
+            s.panicked.store(true, Ordering::Relaxed);
+        }
+        s.completed.fetch_add(1, Ordering::Release);
+    }
+}
+
+fn worker_loop(s: &'static Shared) {
+    IN_TASK.with(|t| t.set(true));
+    let mut seen = 0u64;
+    loop {
+        let start = Instant::now();
+        let mut spins = 0u32;
+        let generation = loop {
+            let g = s.state.load(Ordering::Acquire) >> 32;
+            if g != seen {
+                break g;
+            }
+            spins = spins.wrapping_add(1);
+            if !spins.is_multiple_of(64) || start.elapsed() < SPIN_TIME {
+                std::hint::spin_loop();
+                continue;
+            }
+            let mut guard = s.park_lock.lock().unwrap_or_else(|e| e.into_inner());
+            s.sleepers.fetch_add(1, Ordering::SeqCst);
+            while s.state.load(Ordering::SeqCst) >> 32 == seen {
+                guard = s.wake.wait(guard).unwrap_or_else(|e| e.into_inner());
+            }
+            s.sleepers.fetch_sub(1, Ordering::SeqCst);
+            drop(guard);
+        };
+        seen = generation;
+        work_on(s, generation);
+    }
+}
+
+/// A raw pointer to an output buffer that tasks write disjoint parts of.
+///
+/// Sync reasoning: the pointer itself is plain data; soundness rests on the user's promise,
+/// checked by `slice_mut`'s contract, that no two tasks touch overlapping ranges and that the
+/// buffer outlives the `run` call (it is borrowed mutably for that long by `new`).
+pub(crate) struct SharedMut<'a, T> {
+    ptr: *mut T,
+    len: usize,
+    _borrow: std::marker::PhantomData<&'a mut [T]>,
+}
+
+// SAFETY: see the type's doc: only disjoint ranges are ever materialised, and `T: Send` values
+// are what is written from other threads.
+unsafe impl<T: Send> Sync for SharedMut<'_, T> {}
+
+impl<'a, T> SharedMut<'a, T> {
+    pub(crate) fn new(buf: &'a mut [T]) -> Self {
+        Self {
+            ptr: buf.as_mut_ptr(),
+            len: buf.len(),
+            _borrow: std::marker::PhantomData,
+        }
+    }
+
+    /// Length of the buffer.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// # Safety
+    /// No other live slice from this `SharedMut` may overlap `start..start + len`.
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn slice_mut(&self, start: usize, len: usize) -> &mut [T] {
+        assert!(
+            start <= self.len && len <= self.len - start,
+            "SharedMut range out of bounds"
+        );
+        // SAFETY: in bounds (checked above); exclusivity is the caller's contract.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(start), len) }
+    }
+}

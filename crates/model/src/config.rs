@@ -1,0 +1,265 @@
+//! `ModelConfig`: the hyper-parameters of one model, read from GGUF metadata plus the
+//! architecture facts llama.cpp hard-codes (they are not in the file; each one cites its source).
+
+use pagoda_gguf::GgufFile;
+use pagoda_kernels::ops::RopeStyle;
+
+use crate::ModelError;
+
+/// The transformer families pagoda implements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Architecture {
+    /// Llama (SmolLM2 and friends): pre-norm, SwiGLU, RoPE NORM.
+    Llama,
+    /// Qwen2: the llama graph with q/k/v biases and RoPE NEOX.
+    Qwen2,
+    /// Gemma 3: sandwich norms, q/k norms, GeGLU, sliding-window layers.
+    Gemma3,
+}
+
+impl Architecture {
+    /// The architecture named by `general.architecture`.
+    pub fn from_name(name: &str) -> Result<Self, ModelError> {
+        match name {
+            "llama" => Ok(Self::Llama),
+            "qwen2" => Ok(Self::Qwen2),
+            "gemma3" => Ok(Self::Gemma3),
+            other => Err(ModelError::UnsupportedArchitecture(other.to_string())),
+        }
+    }
+
+    /// The GGUF key prefix (`llama.embedding_length`...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Llama => "llama",
+            Self::Qwen2 => "qwen2",
+            Self::Gemma3 => "gemma3",
+        }
+    }
+}
+
+/// Hyper-parameters of a loaded model.
+#[derive(Clone, Debug)]
+pub struct ModelConfig {
+    pub architecture: Architecture,
+    pub vocab_size: usize,
+    /// Width of the residual stream.
+    pub d_model: usize,
+    pub n_layers: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    /// Leading dimensions of each head that RoPE rotates.
+    pub n_rot: usize,
+    pub ffn_dim: usize,
+    pub rms_eps: f32,
+    /// RoPE base of full-attention layers.
+    pub rope_base: f32,
+    /// RoPE base of sliding-window layers (Gemma 3).
+    pub rope_base_swa: f32,
+    pub rope_style: RopeStyle,
+    /// Window of the sliding-window layers; `None` when every layer is global.
+    pub sliding_window: Option<u32>,
+    /// Every `swa_pattern`-th layer (`il % p == p - 1`) is global; the rest slide. 0: no SWA.
+    pub swa_pattern: usize,
+    /// Multiplier of q·k.
+    pub attn_scale: f32,
+    /// Multiplier of the input embedding (Gemma: sqrt(d_model)).
+    pub embed_scale: Option<f32>,
+    pub context_length: usize,
+    pub bos_token_id: Option<u32>,
+    pub eos_token_id: Option<u32>,
+    /// Token ids that end generation: eos plus end-of-turn tokens found by their text.
+    pub eog_token_ids: Vec<u32>,
+}
+
+/// Token texts llama.cpp treats as end-of-generation besides eos (llama-vocab.cpp, the EOG
+/// detection loop over `token_to_id` in `load`).
+const EOG_TEXTS: &[&str] = &[
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "<|end_of_text|>",
+    "<EOT>",
+    "<|return|>",
+    "<|call|>",
+];
+
+impl ModelConfig {
+    /// Reads the configuration from a GGUF file's metadata.
+    pub fn from_gguf(file: &GgufFile) -> Result<Self, ModelError> {
+        let arch_name = require_str(file, "general.architecture")?;
+        let architecture = Architecture::from_name(&arch_name)?;
+        let a = architecture.name();
+        let key = |k: &str| format!("{a}.{k}");
+
+        let d_model = require_usize(file, &key("embedding_length"))?;
+        let n_layers = require_usize(file, &key("block_count"))?;
+        let ffn_dim = require_usize(file, &key("feed_forward_length"))?;
+        let n_heads = require_usize(file, &key("attention.head_count"))?;
+        let n_kv_heads = opt_usize(file, &key("attention.head_count_kv"))?.unwrap_or(n_heads);
+        let context_length = require_usize(file, &key("context_length"))?;
+        if n_heads == 0 || n_kv_heads == 0 || n_heads % n_kv_heads != 0 {
+            return Err(bad(
+                &key("attention.head_count_kv"),
+                format!("{n_kv_heads} kv heads do not divide {n_heads} heads"),
+            ));
+        }
+        // Gemma 3's head_dim (256) is not d_model / n_heads (160): llama.cpp reads
+        // `attention.key_length` when present (llama-model.cpp, load_hparams).
+        let head_dim = match opt_usize(file, &key("attention.key_length"))? {
+            Some(h) => h,
+            None if d_model % n_heads == 0 => d_model / n_heads,
+            None => {
+                return Err(bad(
+                    &key("attention.head_count"),
+                    format!("{n_heads} heads do not divide embedding_length {d_model}"),
+                ));
+            }
+        };
+        if let Some(v) = opt_usize(file, &key("attention.value_length"))?
+            && v != head_dim
+        {
+            return Err(bad(
+                &key("attention.value_length"),
+                format!("{v} != key_length {head_dim}"),
+            ));
+        }
+        let n_rot = opt_usize(file, &key("rope.dimension_count"))?.unwrap_or(head_dim);
+        if n_rot > head_dim || n_rot % 2 != 0 {
+            return Err(bad(
+                &key("rope.dimension_count"),
+                format!("{n_rot} with head_dim {head_dim}"),
+            ));
+        }
+        let rms_eps = file
+            .get_f32(&key("attention.layer_norm_rms_epsilon"))?
+            .ok_or_else(|| ModelError::MissingKey(key("attention.layer_norm_rms_epsilon")))?;
+        let rope_base = file.get_f32(&key("rope.freq_base"))?.unwrap_or(10_000.0);
+
+        let tokens_key = "tokenizer.ggml.tokens";
+        let tokens = file
+            .get_str_array(tokens_key)?
+            .ok_or_else(|| ModelError::MissingKey(tokens_key.to_string()))?;
+        let vocab_size = match opt_usize(file, &key("vocab_size"))? {
+            Some(v) if v != tokens.len() => {
+                return Err(bad(
+                    &key("vocab_size"),
+                    format!("{v} != {} tokens", tokens.len()),
+                ));
+            }
+            _ => tokens.len(),
+        };
+        let token_id = |k: &str| -> Result<Option<u32>, ModelError> {
+            match file.get_u32(k)? {
+                Some(id) if id as usize >= vocab_size => {
+                    Err(bad(k, format!("{id} outside vocabulary of {vocab_size}")))
+                }
+                other => Ok(other),
+            }
+        };
+        let bos_token_id = token_id("tokenizer.ggml.bos_token_id")?;
+        let eos_token_id = token_id("tokenizer.ggml.eos_token_id")?;
+        let mut eog_token_ids: Vec<u32> = eos_token_id.into_iter().collect();
+        if let Some(eot) = token_id("tokenizer.ggml.eot_token_id")? {
+            eog_token_ids.push(eot);
+        }
+        for (id, text) in tokens.iter().enumerate() {
+            if EOG_TEXTS.contains(&text.as_ref()) {
+                eog_token_ids.push(id as u32);
+            }
+        }
+        eog_token_ids.sort_unstable();
+        eog_token_ids.dedup();
+
+        let mut config = Self {
+            architecture,
+            vocab_size,
+            d_model,
+            n_layers,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            n_rot,
+            ffn_dim,
+            rms_eps,
+            rope_base,
+            rope_base_swa: rope_base,
+            // llama.cpp's rope-type table (llama-model.cpp, llama_model_rope_type): LLAMA is NORM
+            // (convert_hf_to_gguf permutes Q/K for it), QWEN2 and GEMMA3 are NEOX.
+            rope_style: match architecture {
+                Architecture::Llama => RopeStyle::Norm,
+                Architecture::Qwen2 | Architecture::Gemma3 => RopeStyle::Neox,
+            },
+            sliding_window: None,
+            swa_pattern: 0,
+            attn_scale: 1.0 / (head_dim as f32).sqrt(),
+            embed_scale: None,
+            context_length,
+            bos_token_id,
+            eos_token_id,
+            eog_token_ids,
+        };
+        if architecture == Architecture::Gemma3 {
+            // llama.cpp load_hparams for LLM_ARCH_GEMMA3: set_swa_pattern(6) (layers with
+            // il % 6 == 5 are global), rope_freq_base_train_swa = 10000, and
+            // f_attention_scale = 1/sqrt(n_embd_head_k) (already the default above).
+            config.swa_pattern = 6;
+            config.rope_base_swa = 10_000.0;
+            config.sliding_window = Some(
+                opt_usize(file, &key("attention.sliding_window"))?
+                    .ok_or_else(|| ModelError::MissingKey(key("attention.sliding_window")))?
+                    as u32,
+            );
+            // llm_build_gemma3: inpL = ggml_scale(inpL, sqrtf(n_embd)).
+            config.embed_scale = Some((d_model as f32).sqrt());
+        }
+        Ok(config)
+    }
+
+    /// True when layer `il` attends within the sliding window rather than globally.
+    pub fn is_swa_layer(&self, il: usize) -> bool {
+        self.sliding_window.is_some()
+            && self.swa_pattern > 0
+            && il % self.swa_pattern != self.swa_pattern - 1
+    }
+
+    /// The query projection width (n_heads x head_dim).
+    pub fn q_dim(&self) -> usize {
+        self.n_heads * self.head_dim
+    }
+
+    /// The key/value projection width (n_kv_heads x head_dim).
+    pub fn kv_dim(&self) -> usize {
+        self.n_kv_heads * self.head_dim
+    }
+}
+
+fn bad(key: &str, reason: String) -> ModelError {
+    ModelError::BadKey {
+        key: key.to_string(),
+        reason,
+    }
+}
+
+fn require_str(file: &GgufFile, key: &str) -> Result<String, ModelError> {
+    file.get_str(key)?
+        .map(|s| s.to_string())
+        .ok_or_else(|| ModelError::MissingKey(key.to_string()))
+}
+
+fn opt_usize(file: &GgufFile, key: &str) -> Result<Option<usize>, ModelError> {
+    let Some(v) = file.get_u64(key)? else {
+        return Ok(None);
+    };
+    if v == 0 || v > (1 << 32) {
+        return Err(bad(key, format!("{v} is out of range")));
+    }
+    Ok(Some(v as usize))
+}
+
+fn require_usize(file: &GgufFile, key: &str) -> Result<usize, ModelError> {
+    opt_usize(file, key)?.ok_or_else(|| ModelError::MissingKey(key.to_string()))
+}

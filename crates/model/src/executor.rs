@@ -1,0 +1,41 @@
+//! `CpuExecutor`: a model, the KV arena it writes into, and the scratch buffers of a forward
+//! pass. One `forward` call runs one flat batch: the linear layers once over all T rows,
+//! attention per request over its own blocks, the LM head only over `logits_indices`.
+
+use crate::models::{ForwardScratch, Model};
+use crate::{ForwardBatch, KvCache, ModelError};
+
+/// Runs forward passes of one model on the CPU.
+pub struct CpuExecutor {
+    pub model: Model,
+    pub kv_cache: KvCache,
+    scratch: ForwardScratch,
+}
+
+impl CpuExecutor {
+    /// An executor with a fresh arena of `num_blocks` blocks of `block_size` slots per layer.
+    pub fn new(model: Model, num_blocks: usize, block_size: usize) -> Result<Self, ModelError> {
+        let kv_cache = KvCache::new(model.config(), num_blocks, block_size)?;
+        Ok(Self {
+            model,
+            kv_cache,
+            scratch: ForwardScratch::default(),
+        })
+    }
+
+    /// Validates `batch`, runs it, and returns the logits rows `[logits_indices.len()][vocab]`.
+    pub fn forward(&mut self, batch: &ForwardBatch) -> Result<&[f32], ModelError> {
+        batch.validate(
+            self.model.config().vocab_size,
+            self.kv_cache.num_blocks(),
+            self.kv_cache.block_size(),
+        )?;
+        Ok(self
+            .model
+            .forward(batch, &mut self.kv_cache, &mut self.scratch))
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.model.config().vocab_size
+    }
+}

@@ -1,0 +1,66 @@
+//! The Gemma 3 block, following llama.cpp `llm_build_gemma3`: "sandwich" norms around both
+//! attention and FFN, per-head RMSNorm on q and k, GeGLU (tanh GELU). The stored norm weights
+//! already include Gemma's `+1` (convert_hf_to_gguf adds it), so every norm is plain `x * w`.
+
+use super::{Activation, Attention, Ffn, ForwardScratch, Model, ensure};
+use crate::config::ModelConfig;
+use crate::weights::Weights;
+use crate::{ForwardBatch, KvCache, ModelError};
+use pagoda_kernels::ops;
+
+pub(crate) struct Block {
+    attn_norm: Vec<f32>,
+    attn: Attention,
+    post_attention_norm: Vec<f32>,
+    ffn_norm: Vec<f32>,
+    ffn: Ffn,
+    post_ffw_norm: Vec<f32>,
+}
+
+impl Block {
+    pub(crate) fn load(w: &Weights, c: &ModelConfig, il: usize) -> Result<Self, ModelError> {
+        let v = |name: &str| w.vector(&format!("blk.{il}.{name}.weight"), c.d_model);
+        Ok(Self {
+            attn_norm: v("attn_norm")?,
+            attn: Attention::load(w, c, il, false, true)?,
+            post_attention_norm: v("post_attention_norm")?,
+            ffn_norm: v("ffn_norm")?,
+            ffn: Ffn::load(w, c, il)?,
+            post_ffw_norm: v("post_ffw_norm")?,
+        })
+    }
+
+    /// `x += norm(attn(norm(x))); x += norm(ffn(norm(x)))` over the batch's T rows. The
+    /// sliding window and its RoPE base are chosen per layer inside `Model::attention`.
+    pub(crate) fn forward(
+        &self,
+        m: &Model,
+        il: usize,
+        x: &mut [f32],
+        batch: &ForwardBatch,
+        kv: &mut KvCache,
+        s: &mut ForwardScratch,
+    ) {
+        let (d, eps, t) = (m.config.d_model, m.config.rms_eps, batch.num_tokens());
+        let mut h = std::mem::take(&mut s.h);
+        let mut out = std::mem::take(&mut s.out);
+        let (hb, ob) = (ensure(&mut h, t * d), ensure(&mut out, t * d));
+
+        for (src, dst) in x.chunks_exact(d).zip(hb.chunks_exact_mut(d)) {
+            ops::rms_norm(src, &self.attn_norm, eps, dst);
+        }
+        m.attention(il, &self.attn, hb, ob, batch, kv, s);
+        ops::rms_norm_rows(ob, &self.post_attention_norm, eps);
+        ops::add_inplace(x, ob);
+
+        for (src, dst) in x.chunks_exact(d).zip(hb.chunks_exact_mut(d)) {
+            ops::rms_norm(src, &self.ffn_norm, eps, dst);
+        }
+        m.ffn(&self.ffn, Activation::GeluTanh, hb, t, ob, s);
+        ops::rms_norm_rows(ob, &self.post_ffw_norm, eps);
+        ops::add_inplace(x, ob);
+
+        s.h = h;
+        s.out = out;
+    }
+}

@@ -1,0 +1,58 @@
+//! The llama block (also Qwen2, which adds q/k/v biases): pre-norm attention and SwiGLU FFN,
+//! each added to the residual stream. Follows llama.cpp `llm_build_llama` / `llm_build_qwen2`.
+
+use super::{Activation, Attention, Ffn, ForwardScratch, Model, ensure};
+use crate::config::{Architecture, ModelConfig};
+use crate::weights::Weights;
+use crate::{ForwardBatch, KvCache, ModelError};
+use pagoda_kernels::ops;
+
+pub(crate) struct Block {
+    attn_norm: Vec<f32>,
+    attn: Attention,
+    ffn_norm: Vec<f32>,
+    ffn: Ffn,
+}
+
+impl Block {
+    pub(crate) fn load(w: &Weights, c: &ModelConfig, il: usize) -> Result<Self, ModelError> {
+        let qkv_bias = c.architecture == Architecture::Qwen2;
+        Ok(Self {
+            attn_norm: w.vector(&format!("blk.{il}.attn_norm.weight"), c.d_model)?,
+            attn: Attention::load(w, c, il, qkv_bias, false)?,
+            ffn_norm: w.vector(&format!("blk.{il}.ffn_norm.weight"), c.d_model)?,
+            ffn: Ffn::load(w, c, il)?,
+        })
+    }
+
+    /// `x += attn(norm(x)); x += ffn(norm(x))` over the batch's T rows.
+    pub(crate) fn forward(
+        &self,
+        m: &Model,
+        il: usize,
+        x: &mut [f32],
+        batch: &ForwardBatch,
+        kv: &mut KvCache,
+        s: &mut ForwardScratch,
+    ) {
+        let (d, eps, t) = (m.config.d_model, m.config.rms_eps, batch.num_tokens());
+        let mut h = std::mem::take(&mut s.h);
+        let mut out = std::mem::take(&mut s.out);
+        let (hb, ob) = (ensure(&mut h, t * d), ensure(&mut out, t * d));
+
+        for (src, dst) in x.chunks_exact(d).zip(hb.chunks_exact_mut(d)) {
+            ops::rms_norm(src, &self.attn_norm, eps, dst);
+        }
+        m.attention(il, &self.attn, hb, ob, batch, kv, s);
+        ops::add_inplace(x, ob);
+
+        for (src, dst) in x.chunks_exact(d).zip(hb.chunks_exact_mut(d)) {
+            ops::rms_norm(src, &self.ffn_norm, eps, dst);
+        }
+        m.ffn(&self.ffn, Activation::Silu, hb, t, ob, s);
+        ops::add_inplace(x, ob);
+
+        s.h = h;
+        s.out = out;
+    }
+}

@@ -1,0 +1,321 @@
+//! The model: its weights, the layers both architectures share (attention over the paged KV
+//! arena, gated FFN, embedding, LM head), and the forward pass over a flat batch. The per-block
+//! graphs live in `llama.rs` and `gemma3.rs`.
+
+mod gemma3;
+mod llama;
+
+use std::sync::Arc;
+
+use pagoda_gguf::GgufFile;
+use pagoda_kernels::attention::{self, AttnBatch};
+use pagoda_kernels::matmul::MatmulScratch;
+use pagoda_kernels::ops::{self, Rope};
+
+use crate::config::{Architecture, ModelConfig};
+use crate::weights::{Linear, Matrix, Weights};
+use crate::{ForwardBatch, KvCache, ModelError};
+
+/// A loaded model: configuration, weights (in the mmap) and RoPE tables. Stateless: the KV
+/// arena and scratch buffers are passed in.
+pub struct Model {
+    config: ModelConfig,
+    weights: Weights,
+    token_embd: Matrix,
+    output_norm: Vec<f32>,
+    /// The output projection: `output.weight`, or the token embedding when tied.
+    lm_head: Linear,
+    blocks: Blocks,
+    rope: Rope,
+    rope_swa: Rope,
+}
+
+enum Blocks {
+    Llama(Vec<llama::Block>),
+    Gemma3(Vec<gemma3::Block>),
+}
+
+/// The attention projections of one block.
+pub(crate) struct Attention {
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    o: Linear,
+    /// Per-head RMSNorm weights of q and k (Gemma 3).
+    q_norm: Option<Vec<f32>>,
+    k_norm: Option<Vec<f32>>,
+}
+
+/// The gated FFN of one block: `down(act(gate x) * up x)`.
+pub(crate) struct Ffn {
+    gate: Linear,
+    up: Linear,
+    down: Linear,
+}
+
+/// Which gating nonlinearity an FFN uses.
+#[derive(Clone, Copy)]
+pub(crate) enum Activation {
+    Silu,
+    GeluTanh,
+}
+
+/// Reusable buffers of one forward pass; grown on demand, never shrunk.
+#[derive(Default)]
+pub struct ForwardScratch {
+    pub(crate) x: Vec<f32>,
+    pub(crate) h: Vec<f32>,
+    pub(crate) out: Vec<f32>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    attn: Vec<f32>,
+    gate: Vec<f32>,
+    up: Vec<f32>,
+    selected: Vec<f32>,
+    pub(crate) logits: Vec<f32>,
+    pub(crate) matmul: MatmulScratch,
+}
+
+fn ensure(buf: &mut Vec<f32>, len: usize) -> &mut [f32] {
+    if buf.len() < len {
+        buf.resize(len, 0.0);
+    }
+    &mut buf[..len]
+}
+
+impl Model {
+    /// Builds the model from an open GGUF file, checking every tensor's shape and type.
+    pub fn load(file: Arc<GgufFile>) -> Result<Self, ModelError> {
+        let config = ModelConfig::from_gguf(&file)?;
+        let weights = Weights::new(file);
+        let c = &config;
+        let token_embd = weights.matrix("token_embd.weight", c.vocab_size, c.d_model)?;
+        let output_norm = weights.vector("output_norm.weight", c.d_model)?;
+        // Tied embeddings when the file has no output.weight (llama.cpp: "output" falls back
+        // to "token_embd" with TENSOR_DUPLICATED in load_tensors).
+        let lm_head = if weights.has("output.weight") {
+            weights.linear("output", c.vocab_size, c.d_model, false)?
+        } else {
+            Linear {
+                weight: token_embd.clone(),
+                bias: None,
+            }
+        };
+        let blocks = match c.architecture {
+            Architecture::Llama | Architecture::Qwen2 => Blocks::Llama(
+                (0..c.n_layers)
+                    .map(|il| llama::Block::load(&weights, c, il))
+                    .collect::<Result<_, _>>()?,
+            ),
+            Architecture::Gemma3 => Blocks::Gemma3(
+                (0..c.n_layers)
+                    .map(|il| gemma3::Block::load(&weights, c, il))
+                    .collect::<Result<_, _>>()?,
+            ),
+        };
+        let rope = Rope::new(c.head_dim, c.n_rot, c.rope_base, c.rope_style);
+        let rope_swa = Rope::new(c.head_dim, c.n_rot, c.rope_base_swa, c.rope_style);
+        Ok(Self {
+            config,
+            weights,
+            token_embd,
+            output_norm,
+            lm_head,
+            blocks,
+            rope,
+            rope_swa,
+        })
+    }
+
+    /// Opens `path` and loads the model in it.
+    pub fn open(path: &std::path::Path) -> Result<Self, ModelError> {
+        Self::load(Arc::new(GgufFile::open(path)?))
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    /// The GGUF the weights live in (tokenizer metadata is read from here too).
+    pub fn gguf(&self) -> &GgufFile {
+        self.weights.file()
+    }
+
+    /// Runs `batch` (already validated against this model and `kv`) and returns the logits rows
+    /// `[logits_indices.len()][vocab]`.
+    pub(crate) fn forward<'s>(
+        &self,
+        batch: &ForwardBatch,
+        kv: &mut KvCache,
+        s: &'s mut ForwardScratch,
+    ) -> &'s [f32] {
+        let c = &self.config;
+        let (t, d) = (batch.num_tokens(), c.d_model);
+        let x = ensure(&mut s.x, t * d);
+        for (row, &tok) in x.chunks_exact_mut(d).zip(&batch.token_ids) {
+            self.weights
+                .dequantize_row(&self.token_embd, tok as usize, row);
+            if let Some(scale) = c.embed_scale {
+                ops::scale_inplace(row, scale);
+            }
+        }
+        let mut x = std::mem::take(&mut s.x);
+        match &self.blocks {
+            Blocks::Llama(blocks) => {
+                for (il, b) in blocks.iter().enumerate() {
+                    b.forward(self, il, &mut x[..t * d], batch, kv, s);
+                }
+            }
+            Blocks::Gemma3(blocks) => {
+                for (il, b) in blocks.iter().enumerate() {
+                    b.forward(self, il, &mut x[..t * d], batch, kv, s);
+                }
+            }
+        }
+        // The LM head runs only over the rows whose logits are wanted.
+        let n = batch.logits_indices.len();
+        let sel = ensure(&mut s.selected, n * d);
+        for (row, &i) in sel.chunks_exact_mut(d).zip(&batch.logits_indices) {
+            ops::rms_norm(&x[i as usize * d..][..d], &self.output_norm, c.rms_eps, row);
+        }
+        s.x = x;
+        let logits = ensure(&mut s.logits, n * c.vocab_size);
+        self.weights.forward(
+            &self.lm_head,
+            &s.selected[..n * d],
+            n,
+            logits,
+            &mut s.matmul,
+        );
+        &s.logits[..n * c.vocab_size]
+    }
+
+    /// `out[t][d] = Wo . attention(h)`: q/k/v projections, optional per-head norms, RoPE, KV
+    /// write and paged attention for layer `il`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn attention(
+        &self,
+        il: usize,
+        a: &Attention,
+        h: &[f32],
+        out: &mut [f32],
+        batch: &ForwardBatch,
+        kv: &mut KvCache,
+        s: &mut ForwardScratch,
+    ) {
+        let c = &self.config;
+        let t = batch.num_tokens();
+        let (qd, kvd) = (c.q_dim(), c.kv_dim());
+        let q = ensure(&mut s.q, t * qd);
+        self.weights.forward(&a.q, h, t, q, &mut s.matmul);
+        let k = ensure(&mut s.k, t * kvd);
+        self.weights.forward(&a.k, h, t, k, &mut s.matmul);
+        let v = ensure(&mut s.v, t * kvd);
+        self.weights.forward(&a.v, h, t, v, &mut s.matmul);
+        let (q, k, v) = (&mut s.q[..t * qd], &mut s.k[..t * kvd], &s.v[..t * kvd]);
+        if let Some(w) = &a.q_norm {
+            ops::rms_norm_rows(q, w, c.rms_eps);
+        }
+        if let Some(w) = &a.k_norm {
+            ops::rms_norm_rows(k, w, c.rms_eps);
+        }
+        let swa = c.is_swa_layer(il);
+        let rope = if swa { &self.rope_swa } else { &self.rope };
+        for (i, &pos) in batch.positions.iter().enumerate() {
+            rope.apply(&mut q[i * qd..][..qd], c.n_heads, pos);
+            rope.apply(&mut k[i * kvd..][..kvd], c.n_kv_heads, pos);
+        }
+        let layout = *kv.layout();
+        let (k_cache, v_cache) = kv.layer_mut(il);
+        attention::write_kv(&layout, k_cache, v_cache, &batch.slot_mapping, k, v);
+        let attn_batch = AttnBatch {
+            query_start_loc: &batch.query_start_loc,
+            seq_lens: &batch.seq_lens,
+            block_tables: &batch.block_tables,
+            max_blocks_per_seq: batch.max_blocks_per_seq,
+        };
+        let window = if swa { c.sliding_window } else { None };
+        let attn = ensure(&mut s.attn, t * qd);
+        attention::paged_attention(
+            &layout,
+            k_cache,
+            v_cache,
+            &attn_batch,
+            q,
+            c.n_heads,
+            c.attn_scale,
+            window,
+            attn,
+        );
+        self.weights
+            .forward(&a.o, &s.attn[..t * qd], t, out, &mut s.matmul);
+    }
+
+    /// `out[t][d] = down(act(gate h) * up h)`.
+    pub(crate) fn ffn(
+        &self,
+        f: &Ffn,
+        act: Activation,
+        h: &[f32],
+        t: usize,
+        out: &mut [f32],
+        s: &mut ForwardScratch,
+    ) {
+        let n = self.config.ffn_dim;
+        let gate = ensure(&mut s.gate, t * n);
+        self.weights.forward(&f.gate, h, t, gate, &mut s.matmul);
+        let up = ensure(&mut s.up, t * n);
+        self.weights.forward(&f.up, h, t, up, &mut s.matmul);
+        let (gate, up) = (&mut s.gate[..t * n], &s.up[..t * n]);
+        match act {
+            Activation::Silu => ops::silu_mul(gate, up),
+            Activation::GeluTanh => ops::gelu_tanh_mul(gate, up),
+        }
+        self.weights
+            .forward(&f.down, &s.gate[..t * n], t, out, &mut s.matmul);
+    }
+}
+
+impl Attention {
+    /// Loads `blk.{il}.attn_{q,k,v,output}` (with biases when `qkv_bias`) and, when `qk_norm`,
+    /// `attn_{q,k}_norm`.
+    pub(crate) fn load(
+        w: &Weights,
+        c: &ModelConfig,
+        il: usize,
+        qkv_bias: bool,
+        qk_norm: bool,
+    ) -> Result<Self, ModelError> {
+        let p = format!("blk.{il}");
+        let (qd, kvd) = (c.q_dim(), c.kv_dim());
+        let (q_norm, k_norm) = if qk_norm {
+            (
+                Some(w.vector(&format!("{p}.attn_q_norm.weight"), c.head_dim)?),
+                Some(w.vector(&format!("{p}.attn_k_norm.weight"), c.head_dim)?),
+            )
+        } else {
+            (None, None)
+        };
+        Ok(Self {
+            q: w.linear(&format!("{p}.attn_q"), qd, c.d_model, qkv_bias)?,
+            k: w.linear(&format!("{p}.attn_k"), kvd, c.d_model, qkv_bias)?,
+            v: w.linear(&format!("{p}.attn_v"), kvd, c.d_model, qkv_bias)?,
+            o: w.linear(&format!("{p}.attn_output"), c.d_model, qd, false)?,
+            q_norm,
+            k_norm,
+        })
+    }
+}
+
+impl Ffn {
+    /// Loads `blk.{il}.ffn_{gate,up,down}`.
+    pub(crate) fn load(w: &Weights, c: &ModelConfig, il: usize) -> Result<Self, ModelError> {
+        let p = format!("blk.{il}");
+        Ok(Self {
+            gate: w.linear(&format!("{p}.ffn_gate"), c.ffn_dim, c.d_model, false)?,
+            up: w.linear(&format!("{p}.ffn_up"), c.ffn_dim, c.d_model, false)?,
+            down: w.linear(&format!("{p}.ffn_down"), c.d_model, c.ffn_dim, false)?,
+        })
+    }
+}

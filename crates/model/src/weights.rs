@@ -1,0 +1,210 @@
+//! Tensor lookup with shape and type checks. Matrices stay in the memory-mapped GGUF and are
+//! referred to by tensor index; small vectors (norm weights, biases) are dequantized into `Vec<f32>`.
+
+use std::sync::Arc;
+
+use pagoda_gguf::GgufFile;
+use pagoda_kernels::matmul::{self, MatmulScratch};
+use pagoda_kernels::quant::{self, GgmlType};
+
+use crate::ModelError;
+
+/// Types the matmul and dequantize kernels accept for weight matrices.
+fn is_weight_type(ty: GgmlType) -> bool {
+    matches!(
+        ty,
+        GgmlType::F32
+            | GgmlType::F16
+            | GgmlType::Q4_0
+            | GgmlType::Q4_1
+            | GgmlType::Q5_0
+            | GgmlType::Q8_0
+            | GgmlType::Q4_K
+            | GgmlType::Q6_K
+    )
+}
+
+/// A weight matrix of `rows` rows of `cols` elements, stored in the GGUF as `ty`.
+#[derive(Clone, Debug)]
+pub struct Matrix {
+    pub name: String,
+    pub ty: GgmlType,
+    /// Output features (GGUF ne1).
+    pub rows: usize,
+    /// Input features (GGUF ne0, contiguous).
+    pub cols: usize,
+    /// Index of the tensor in the file's tensor list.
+    index: usize,
+}
+
+/// A linear layer: a matrix and an optional bias.
+#[derive(Clone, Debug)]
+pub struct Linear {
+    pub weight: Matrix,
+    pub bias: Option<Vec<f32>>,
+}
+
+/// The open GGUF file and the checks that turn its tensors into typed weights.
+#[derive(Clone)]
+pub struct Weights {
+    file: Arc<GgufFile>,
+}
+
+impl Weights {
+    pub fn new(file: Arc<GgufFile>) -> Self {
+        Self { file }
+    }
+
+    pub fn file(&self) -> &GgufFile {
+        &self.file
+    }
+
+    /// True when the file has a tensor of this name.
+    pub fn has(&self, name: &str) -> bool {
+        self.file.tensor(name).is_some()
+    }
+
+    /// The matrix `name` of `rows` x `cols` (GGUF dims `[cols, rows]`).
+    pub fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<Matrix, ModelError> {
+        let (index, info) = self
+            .file
+            .tensors()
+            .iter()
+            .enumerate()
+            .find(|(_, t)| t.name == name)
+            .ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
+        let expected = vec![cols as u64, rows as u64];
+        if info.dims != expected {
+            return Err(ModelError::TensorShape {
+                name: name.to_string(),
+                got: info.dims.clone(),
+                expected,
+            });
+        }
+        if !is_weight_type(info.ty) {
+            return Err(ModelError::TensorType {
+                name: name.to_string(),
+                ty: info.ty,
+            });
+        }
+        let row_bytes = info
+            .ty
+            .row_bytes(cols)
+            .ok_or_else(|| ModelError::TensorType {
+                name: name.to_string(),
+                ty: info.ty,
+            })?;
+        let data = self.file.tensor_data(info);
+        let expected_bytes = row_bytes * rows;
+        if data.len() != expected_bytes {
+            return Err(ModelError::TensorSize {
+                name: name.to_string(),
+                got: data.len(),
+                expected: expected_bytes,
+            });
+        }
+        Ok(Matrix {
+            name: name.to_string(),
+            ty: info.ty,
+            rows,
+            cols,
+            index,
+        })
+    }
+
+    /// The vector `name` of `len` elements, dequantized to f32.
+    pub fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
+        let info = self
+            .file
+            .tensor(name)
+            .ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
+        if info.dims != [len as u64] {
+            return Err(ModelError::TensorShape {
+                name: name.to_string(),
+                got: info.dims.clone(),
+                expected: vec![len as u64],
+            });
+        }
+        if !is_weight_type(info.ty) || info.ty.row_bytes(len).is_none() {
+            return Err(ModelError::TensorType {
+                name: name.to_string(),
+                ty: info.ty,
+            });
+        }
+        let data = self.file.tensor_data(info);
+        let expected = info.ty.row_bytes(len).unwrap_or(0);
+        if data.len() != expected {
+            return Err(ModelError::TensorSize {
+                name: name.to_string(),
+                got: data.len(),
+                expected,
+            });
+        }
+        let mut out = vec![0.0f32; len];
+        quant::dequantize_row(info.ty, data, &mut out);
+        Ok(out)
+    }
+
+    /// A linear layer `name.weight` (and `name.bias` when `bias` is true).
+    pub fn linear(
+        &self,
+        name: &str,
+        rows: usize,
+        cols: usize,
+        bias: bool,
+    ) -> Result<Linear, ModelError> {
+        let weight = self.matrix(&format!("{name}.weight"), rows, cols)?;
+        let bias = if bias {
+            Some(self.vector(&format!("{name}.bias"), rows)?)
+        } else {
+            None
+        };
+        Ok(Linear { weight, bias })
+    }
+
+    /// The bytes of a matrix checked by [`Weights::matrix`].
+    pub fn bytes(&self, m: &Matrix) -> &[u8] {
+        let info = &self.file.tensors()[m.index];
+        debug_assert_eq!(info.name, m.name);
+        self.file.tensor_data(info)
+    }
+
+    /// Dequantizes row `row` of `m` into `out` (`out.len() == m.cols`).
+    pub fn dequantize_row(&self, m: &Matrix, row: usize, out: &mut [f32]) {
+        debug_assert!(row < m.rows && out.len() == m.cols);
+        // `row_bytes` succeeded when the matrix was checked.
+        let rb = m.ty.row_bytes(m.cols).unwrap_or(0);
+        quant::dequantize_row(m.ty, &self.bytes(m)[row * rb..(row + 1) * rb], out);
+    }
+
+    /// `y[t][rows] = x[t][cols] . W^T (+ bias)` over `t` rows.
+    pub fn forward(
+        &self,
+        l: &Linear,
+        x: &[f32],
+        t: usize,
+        y: &mut [f32],
+        scratch: &mut MatmulScratch,
+    ) {
+        let m = &l.weight;
+        debug_assert!(x.len() >= t * m.cols && y.len() >= t * m.rows);
+        let y = &mut y[..t * m.rows];
+        matmul::matmul(
+            self.bytes(m),
+            m.ty,
+            m.rows,
+            m.cols,
+            &x[..t * m.cols],
+            t,
+            y,
+            scratch,
+        );
+        if let Some(b) = &l.bias {
+            for row in y.chunks_exact_mut(m.rows) {
+                for (v, b) in row.iter_mut().zip(b) {
+                    *v += b;
+                }
+            }
+        }
+    }
+}

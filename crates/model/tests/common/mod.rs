@@ -1,0 +1,111 @@
+//! Shared helpers of the integration tests: locating the real models and golden files.
+#![allow(clippy::unwrap_used)]
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+use pagoda_model::Model;
+
+pub const SMOLLM2: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+pub const GEMMA3: &str = "gemma-3-270m-q4_k_m.gguf";
+pub const QWEN2: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
+
+/// `$PAGODA_MODEL_DIR`, else `$HOME/.cache/pagoda/models`.
+pub fn model_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("PAGODA_MODEL_DIR") {
+        return PathBuf::from(d);
+    }
+    let home = std::env::var_os("HOME").expect("HOME is not set");
+    PathBuf::from(home).join(".cache/pagoda/models")
+}
+
+/// Loads a real model, failing with a message that says how to fetch it.
+pub fn load_model(file: &str) -> Model {
+    let path = model_dir().join(file);
+    assert!(
+        path.exists(),
+        "model file {} is missing: run scripts/fetch-models.sh (or set PAGODA_MODEL_DIR)",
+        path.display()
+    );
+    Model::open(&path).unwrap_or_else(|e| panic!("loading {}: {e}", path.display()))
+}
+
+/// The golden file of llama.cpp outputs for a model.
+pub fn golden(name: &str) -> serde_json::Value {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/golden")
+        .join(name);
+    let path = if path.exists() {
+        path
+    } else {
+        PathBuf::from("/work/shared/golden").join(name)
+    };
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+use std::sync::Arc;
+
+use pagoda_gguf::GgufFile;
+use pagoda_model::{CpuExecutor, ForwardBatch, Logits, SeqChunk};
+use pagoda_testkit::tiny_model::TinyModel;
+
+/// Loads a tiny random-weight model.
+pub fn tiny(spec: &TinyModel) -> Model {
+    Model::load(Arc::new(GgufFile::from_bytes(spec.to_bytes()).unwrap())).unwrap()
+}
+
+/// Runs `tokens` through `exec` as one request using `block_table`, in steps of the given
+/// sizes (cycled), and returns the logits of every position, `[tokens.len()][vocab]` flat.
+pub fn logits_in_chunks(
+    exec: &mut CpuExecutor,
+    tokens: &[u32],
+    chunks: &[usize],
+    block_table: &[u32],
+) -> Vec<f32> {
+    let bs = exec.kv_cache.block_size();
+    let mut out = Vec::new();
+    let (mut start, mut i) = (0, 0);
+    while start < tokens.len() {
+        let end = (start + chunks[i % chunks.len()]).min(tokens.len());
+        let batch = ForwardBatch::from_seqs(
+            &[SeqChunk {
+                tokens: &tokens[start..end],
+                start,
+                block_table,
+                logits: Logits::All,
+            }],
+            bs,
+        );
+        out.extend_from_slice(exec.forward(&batch).unwrap());
+        start = end;
+        i += 1;
+    }
+    out
+}
+
+/// Largest absolute difference and largest magnitude of two logit arrays.
+pub fn max_diff(a: &[f32], b: &[f32]) -> (f32, f32) {
+    assert_eq!(a.len(), b.len());
+    let d = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max);
+    let m = a.iter().map(|x| x.abs()).fold(0.0, f32::max);
+    (d, m)
+}
+
+/// Deterministic pseudo-random prompt of `n` ids in `lo..hi`.
+pub fn prompt(n: usize, lo: u32, hi: u32, seed: u32) -> Vec<u32> {
+    let mut s = seed.wrapping_mul(2_654_435_761).wrapping_add(12345);
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            lo + s % (hi - lo)
+        })
+        .collect()
+}

