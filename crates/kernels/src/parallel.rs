@@ -4,8 +4,9 @@
 //! per call (publish a job, wake, claim, wait) is what matters, not throughput.
 //!
 //! Protocol (one job at a time; callers from different threads queue on `call_lock`):
-//! - `state` packs `generation << 32 | next_task`. The caller writes `job_f`, `n_tasks`, resets
-//!   `completed`, then publishes `(generation + 1, 0)`. Workers and the caller claim a task by
+//! - `state` packs `generation << 32 | next_task`. The caller first closes the slot
+//!   (`(generation + 1, CLOSED)`), then writes `job_f`, `n_tasks`, resets `completed`, then
+//!   publishes `(generation + 2, 0)`. Workers and the caller claim a task by
 //!   CAS on `state`, so a claim only succeeds for the generation the claimer read the job for.
 //! - Each finished task bumps `completed` (Release). The caller returns only once
 //!   `completed == n_tasks`; as every index was claimed by then, no one can claim again, and no
@@ -27,6 +28,9 @@ use std::time::{Duration, Instant};
 const SPIN_TIME: Duration = Duration::from_micros(100);
 
 type TaskFn<'a> = &'a (dyn Fn(usize) + Sync);
+
+/// Task index of a closed generation: no task can be claimed from it.
+const CLOSED: u64 = 0xffff_ffff;
 
 static CONFIGURED_THREADS: AtomicUsize = AtomicUsize::new(0);
 static POOL: OnceLock<Pool> = OnceLock::new();
@@ -138,11 +142,18 @@ impl Pool {
         let f_ptr = (&f_slot as *const TaskFn<'_>)
             .cast::<TaskFn<'static>>()
             .cast_mut();
+        debug_assert!(n_tasks < CLOSED as usize);
+        // Close the previous job's slot before touching the job fields. A worker that read the
+        // previous state may still be about to claim from it; its CAS now fails, so it can never
+        // pair an index of the previous job with this job's `n_tasks` and `f` (which it could
+        // when `n_tasks` was rewritten while the previous state was still current).
+        let closed = (s.state.load(Ordering::Relaxed) >> 32).wrapping_add(1) & 0xffff_ffff;
+        s.state.store(closed << 32 | CLOSED, Ordering::SeqCst);
         s.n_tasks.store(n_tasks, Ordering::Relaxed);
         s.job_f.store(f_ptr, Ordering::Relaxed);
         s.completed.store(0, Ordering::Relaxed);
         s.panicked.store(false, Ordering::Relaxed);
-        let generation = (s.state.load(Ordering::Relaxed) >> 32).wrapping_add(1) & 0xffff_ffff;
+        let generation = closed.wrapping_add(1) & 0xffff_ffff;
         s.state.store(generation << 32, Ordering::SeqCst);
         if s.sleepers.load(Ordering::SeqCst) > 0 {
             let _park = s.park_lock.lock().unwrap_or_else(|e| e.into_inner());

@@ -1,6 +1,7 @@
 //! Paged attention against a naive dense f64 attention: shuffled non-contiguous block tables,
 //! mixed batches (decode, whole prefill, chunks starting mid-sequence), GQA ratios 1/3/4,
-//! head_dim 64 and 256, with and without a sliding window, on every SIMD level.
+//! head_dim 64 and 256, with and without a sliding window, on every SIMD level; and bitwise
+//! agreement across block sizes.
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
 use pagoda_kernels::attention::{
@@ -316,4 +317,104 @@ fn write_kv_places_tokens_at_their_slots() {
         11,
         "only the two tokens' values written"
     );
+}
+
+/// Runs one request (`seq_len` context, last `q_len` tokens as queries) through the paged kernel
+/// with blocks of `bs`, laid out in a scrambled order; returns `[q_len][n_heads * hd]`.
+#[allow(clippy::too_many_arguments)]
+fn paged_one_request(
+    level: pagoda_kernels::cpu::SimdLevel,
+    r: &Request,
+    n_heads: usize,
+    nkv: usize,
+    hd: usize,
+    bs: usize,
+    scale: f32,
+    window: Option<u32>,
+) -> Vec<f32> {
+    let blocks = r.seq_len.div_ceil(bs);
+    let num_blocks = blocks * 2 + 1;
+    let mut ids: Vec<u32> = (0..num_blocks as u32).collect();
+    ids.shuffle(&mut StdRng::seed_from_u64(bs as u64));
+    let block_table = &ids[..blocks];
+    let layout = KvLayout {
+        num_blocks,
+        block_size: bs,
+        num_kv_heads: nkv,
+        head_dim: hd,
+    };
+    let mut k_cache = vec![f32::NAN; layout.arena_len()];
+    let mut v_cache = vec![f32::NAN; layout.arena_len()];
+    let slots: Vec<u32> = (0..r.seq_len)
+        .map(|p| block_table[p / bs] * bs as u32 + (p % bs) as u32)
+        .collect();
+    write_kv(&layout, &mut k_cache, &mut v_cache, &slots, &r.k, &r.v);
+    let query_start_loc = [0, r.q_len as u32];
+    let seq_lens = [r.seq_len as u32];
+    let batch = AttnBatch {
+        query_start_loc: &query_start_loc,
+        seq_lens: &seq_lens,
+        block_tables: block_table,
+        max_blocks_per_seq: blocks,
+    };
+    let mut out = vec![f32::NAN; r.q.len()];
+    paged_attention_with(
+        level, &layout, &k_cache, &v_cache, &batch, &r.q, n_heads, scale, window, &mut out,
+    );
+    out
+}
+
+/// Gemma 3 270M's shape (head_dim 256, 4 query heads on 1 kv head, window 512 or global): the
+/// block size only decides where keys live, so blocks of 1, 5, 8, 16 and 48 must give the same
+/// bits (the model amplifies last-bit differences into large logit differences) and match the
+/// dense reference, for decodes (split across threads past 256 keys) and prefill chunks.
+#[test]
+fn block_sizes_agree_for_gemma3_shapes() {
+    let (n_heads, nkv, hd) = (4, 1, 256);
+    let scale = 1.0 / (hd as f32).sqrt();
+    // (seq_len, q_len): short prompts, decodes past 128 / 512 keys, chunks mid-sequence.
+    let shapes = [
+        (12, 12),
+        (40, 40),
+        (40, 1),
+        (130, 1),
+        (300, 1),
+        (300, 37),
+        (520, 1),
+        (700, 1),
+        (700, 64),
+    ];
+    let mut rng = StdRng::seed_from_u64(21);
+    for (seq_len, q_len) in shapes {
+        // Gemma's normalised q/k give large, peaky scores; include a strong "sink" at 0.
+        let mut k = random_vec(&mut rng, seq_len * nkv * hd, 1.0);
+        k[..hd].iter_mut().for_each(|x| *x *= 8.0);
+        let r = Request {
+            seq_len,
+            q_len,
+            k,
+            v: random_vec(&mut rng, seq_len * nkv * hd, 1.0),
+            q: random_vec(&mut rng, q_len * n_heads * hd, 3.0),
+        };
+        for window in [None, Some(512)] {
+            let want = dense_attention(&r, n_heads, nkv, hd, scale, window);
+            for level in available_levels() {
+                let base = paged_one_request(level, &r, n_heads, nkv, hd, 16, scale, window);
+                for bs in [1, 5, 8, 16, 48] {
+                    let got = paged_one_request(level, &r, n_heads, nkv, hd, bs, scale, window);
+                    for (i, ((&g, &b), &w)) in got.iter().zip(&base).zip(&want).enumerate() {
+                        let what = format!(
+                            "{level:?} seq {seq_len} q {q_len} window {window:?} bs {bs}: out[{i}]"
+                        );
+                        assert!(
+                            (g - w).abs() <= 2e-5 + 1e-4 * w.abs(),
+                            "{what} = {g}, dense {w}"
+                        );
+                        // Bit for bit: the block size only decides where keys live.
+                        assert_eq!(g.to_bits(), b.to_bits(), "{what} = {g}, bs 16 gave {b}");
+                    }
+                }
+            }
+        }
+    }
 }

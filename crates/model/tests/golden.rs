@@ -1,11 +1,13 @@
 //! Greedy generation on the real models against llama.cpp's golden outputs
 //! (/work/shared/golden).
 //!
-//! Reported (the target): tokens equal except after a near-tie (top-2 within 1%), top-5
-//! probabilities within 0.02. Asserted (what is attainable without copying ggml's rounding
-//! bit for bit): top-5 probabilities within `PROB_TOLERANCE`, and a divergence only where the
-//! top-2 probabilities are within `CLOSE_CALL`. Why looser: these small quantized models are
-//! chaotic under rounding. On SmolLM2 `sql`, position 0, an exact f32 forward pass over the
+//! Reported (the issue's target): tokens equal except after a near-tie (top-2 within 1%), top-5
+//! probabilities within 0.02. Asserted (what llama.cpp itself meets across its own settings; see
+//! docs/correctness.md): over all recorded positions, the top-5 probabilities (matched by token
+//! id) differ by at most `MAX_DEV`, by `P95_DEV` at the 95th percentile and `MEAN_DEV` on average,
+//! and greedy tokens diverge only where the top-2 probabilities are within `CLOSE_CALL`. A wrong
+//! RoPE base, attention scale or norm epsilon breaks these bounds. Why looser than the target:
+//! these small quantized models are chaotic under rounding. On SmolLM2 `sql`, position 0, an exact f32 forward pass over the
 //! dequantized weights (numpy, and this crate with f32 matmuls: identical) gives p = 0.620 for
 //! the top token; llama.cpp gives 0.673 and this crate, quantizing activations like ggml,
 //! 0.653. Rounding K/V to f16 as llama.cpp does moves it to 0.575. So the reference itself sits
@@ -18,8 +20,11 @@ use pagoda_core::SamplingParams;
 use pagoda_model::{CpuExecutor, GenerateOptions, generate};
 use serde_json::Value;
 
-/// Largest allowed absolute difference of a top-5 probability (asserted).
-const PROB_TOLERANCE: f64 = 0.1;
+/// Bounds on the absolute difference of top-5 probabilities (asserted). llama.cpp with flash
+/// attention off against itself with it on: max 0.071/0.102, mean 0.007/0.008 (SmolLM2/Gemma).
+const MAX_DEV: f64 = 0.15;
+const P95_DEV: f64 = 0.05;
+const MEAN_DEV: f64 = 0.015;
 /// The target difference (reported).
 const PROB_TARGET: f64 = 0.02;
 /// Top-2 probabilities closer than this (relative to the first) make a near-tie (reported).
@@ -41,6 +46,7 @@ fn check_model(model_file: &str, golden_file: &str) {
     let golden = common::golden(golden_file);
     let (mut exact, mut ties, mut close, mut max_dev, mut over_target, mut failures) =
         (0, 0, 0, 0.0f64, 0, Vec::new());
+    let mut devs: Vec<f64> = Vec::new();
     for prompt in golden["prompts"].as_array().unwrap() {
         let id = prompt["id"].as_str().unwrap();
         let tokens = ids(&prompt["tokens"]["add_special_true"]);
@@ -87,14 +93,21 @@ fn check_model(model_file: &str, golden_file: &str) {
         for pos in 0..agreed {
             if let Some(r) = ref_top(pos) {
                 let o = our_top(pos);
+                // Matched by token id; a reference token outside our top 5 has a probability of
+                // at most our 5th one's, which bounds the difference from below.
+                let floor = o.last().map_or(0.0, |t| t.1);
                 for (rank, (rid, rp)) in r.iter().enumerate() {
-                    let dev = (rp - o[rank].1).abs();
+                    let op = o.iter().find(|t| t.0 == *rid).map(|t| t.1);
+                    let dev = match op {
+                        Some(op) => (rp - op).abs(),
+                        None => (rp - floor).max(0.0),
+                    };
                     prompt_dev = prompt_dev.max(dev);
+                    devs.push(dev);
                     over_target += usize::from(dev > PROB_TARGET);
-                    if dev > PROB_TOLERANCE {
+                    if dev > MAX_DEV {
                         failures.push(format!(
-                            "{id}: position {pos} rank {rank}: reference {rid} p={rp:.4}, ours {} p={:.4}",
-                            o[rank].0, o[rank].1
+                            "{id}: position {pos} rank {rank}: reference {rid} p={rp:.4}, ours p={op:?}"
                         ));
                     }
                 }
@@ -145,6 +158,20 @@ fn check_model(model_file: &str, golden_file: &str) {
          max top-5 prob deviation {max_dev:.4}, {over_target} top-5 probabilities off by more than {PROB_TARGET}",
         golden["prompts"].as_array().unwrap().len()
     );
+    devs.sort_by(f64::total_cmp);
+    let mean = devs.iter().sum::<f64>() / devs.len().max(1) as f64;
+    let p95 = devs.get(devs.len() * 95 / 100).copied().unwrap_or(0.0);
+    eprintln!(
+        "SUMMARY {model_file}: {} top-5 probabilities compared: mean deviation {mean:.4} (bound {MEAN_DEV}), p95 {p95:.4} (bound {P95_DEV})",
+        devs.len()
+    );
+    assert!(!devs.is_empty(), "{model_file}: no probabilities compared");
+    if mean > MEAN_DEV {
+        failures.push(format!("mean top-5 deviation {mean:.4} > {MEAN_DEV}"));
+    }
+    if p95 > P95_DEV {
+        failures.push(format!("p95 top-5 deviation {p95:.4} > {P95_DEV}"));
+    }
     assert!(
         failures.is_empty(),
         "{model_file} differs from llama.cpp:\n{}",

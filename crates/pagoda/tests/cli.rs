@@ -49,29 +49,40 @@ fn json_lines(out: &Output) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// Largest gap between our top probability and the reference's token's probability under our
+/// model at which a different greedy choice counts as a near-tie. llama.cpp's own settings (f16 KV,
+/// flash attention, thread count) move these small quantized models' probabilities by up to ~0.05
+/// (see docs/correctness.md), so a choice closer than this is numerical noise, not a bug.
+const NEAR_TIE: f64 = 0.1;
+
 /// For every golden prompt: the chat-templated prompt's token ids equal llama.cpp's, and greedy
-/// chat generation reproduces llama.cpp's text. Long prompts are where llama.cpp itself is not
-/// stable across thread counts (see the golden README), so a text mismatch is allowed only when
-/// the two agree on a long common prefix; every mismatch is printed.
+/// chat generation reproduces llama.cpp's text, up to a near-tie: at the first token where the two
+/// differ, the reference's token must be one of our top candidates, within `NEAR_TIE` of our
+/// choice. Every divergence is printed.
 fn check_chat_golden(model_file: &str, golden_file: &str) {
     let g = golden(golden_file);
     let prompts = g["prompts"].as_array().expect("prompts");
+    let path = model(model_file);
+    let file = pagoda_gguf::GgufFile::open(&path).expect("open model");
+    let tokenizer = pagoda_frontend::Tokenizer::from_gguf(&file).expect("tokenizer");
     let dir = tempdir();
-    let file = dir.join("prompts.jsonl");
+    let prompts_file = dir.join("prompts.jsonl");
     let body: String = prompts
         .iter()
         .map(|p| format!("{}\n", serde_json::json!({"prompt": p["prompt"]})))
         .collect();
-    std::fs::write(&file, body).expect("write prompts");
+    std::fs::write(&prompts_file, body).expect("write prompts");
     let out = pagoda(&[
         "generate",
         "--model",
-        model(model_file).to_str().expect("path"),
+        path.to_str().expect("path"),
         "--prompts-file",
-        file.to_str().expect("path"),
+        prompts_file.to_str().expect("path"),
         "--chat",
         "--max-tokens",
         "48",
+        "--top-logprobs",
+        "5",
         "--format",
         "json",
     ]);
@@ -84,25 +95,51 @@ fn check_chat_golden(model_file: &str, golden_file: &str) {
             r["prompt_token_ids"], p["chat_templated_tokens_add_special_true"],
             "{model_file} {id}: chat prompt token ids differ from llama.cpp's"
         );
-        let want = p["chat_completion_text"]
+        let want_text = p["chat_completion_text"]
             .as_str()
             .expect("chat_completion_text");
-        let got = r["text"].as_str().expect("text");
-        if want == got {
+        let got_text = r["text"].as_str().expect("text");
+        if want_text == got_text {
             exact += 1;
             continue;
         }
-        let common = want
-            .chars()
-            .zip(got.chars())
-            .take_while(|(a, b)| a == b)
-            .count();
+        // The reference only has text: re-tokenize it to find the first differing token.
+        let want = tokenizer.encode(want_text, false, false);
+        let got: Vec<u32> = r["token_ids"]
+            .as_array()
+            .expect("token_ids")
+            .iter()
+            .map(|v| v.as_u64().expect("id") as u32)
+            .collect();
+        let i = want.iter().zip(&got).take_while(|(a, b)| a == b).count();
+        if i == want.len().min(got.len()) {
+            // Same tokens up to where one stops: the reference stopped at EOS earlier, or the
+            // text differs only in how an end token renders.
+            eprintln!("{model_file} {id}: same tokens up to {i}, texts differ in length only");
+            continue;
+        }
+        let top = r["top_logprobs"][i]
+            .as_array()
+            .expect("top_logprobs at divergence");
+        let prob = |tok: u32| {
+            top.iter()
+                .find(|t| t["token_id"].as_u64() == Some(u64::from(tok)))
+                .and_then(|t| t["logprob"].as_f64())
+                .map(f64::exp)
+        };
+        let ours = prob(got[i]).expect("our choice is our top candidate");
+        let theirs = prob(want[i]);
         eprintln!(
-            "{model_file} {id}: chat text diverges after {common} chars\n  want {want:?}\n  got  {got:?}"
+            "{model_file} {id}: diverges at generated token {i}: ours {} (p={ours:.3}), llama.cpp {} (p={})",
+            got[i],
+            want[i],
+            theirs.map_or("not in our top 5".to_string(), |p| format!("{p:.3}")),
         );
+        // Outside our top 5, its probability is below our 5th one's: 0 bounds it from below.
+        let theirs = theirs.unwrap_or(0.0);
         assert!(
-            common >= 40,
-            "{model_file} {id}: chat text diverges from llama.cpp's after only {common} chars"
+            ours - theirs <= NEAR_TIE,
+            "{model_file} {id}: not a near-tie at token {i}: ours p={ours:.3}, llama.cpp's p={theirs:.3}"
         );
     }
     eprintln!(
