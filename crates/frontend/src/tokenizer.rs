@@ -16,24 +16,6 @@ enum Backend {
     Spm(Box<Spm>),
 }
 
-/// Token texts that end generation, as llama.cpp marks them by text (llama-vocab.cpp load:
-/// "maintain a list of tokens that cause end-of-generation"), including Qwen's FIM stops.
-const EOG_TEXTS: &[&str] = &[
-    "<|eot_id|>",
-    "<|im_end|>",
-    "<|end|>",
-    "<end_of_turn>",
-    "<|endoftext|>",
-    "<|eom_id|>",
-    "<EOT>",
-    "_<EOT>",
-    "<|end_of_text|>",
-    "<end_of_utterance>",
-    "<|fim_pad|>",
-    "<|repo_name|>",
-    "<|file_sep|>",
-];
-
 /// A tokenizer built from GGUF metadata.
 pub struct Tokenizer {
     backend: Backend,
@@ -162,14 +144,7 @@ impl Tokenizer {
             other => return Err(TokenizerError::UnsupportedModel(other.to_string())),
         };
 
-        let mut eog: Vec<u32> = [v.eos, v.eot, v.eom].into_iter().flatten().collect();
-        eog.extend(
-            EOG_TEXTS
-                .iter()
-                .filter_map(|t| token_to_id.get(*t).copied()),
-        );
-        eog.sort_unstable();
-        eog.dedup();
+        let eog = pagoda_gguf::end_of_generation_ids(&v.tokens, &[v.eos, v.eot, v.eom]);
 
         Ok(Self {
             backend,

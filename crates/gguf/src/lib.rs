@@ -2,6 +2,7 @@
 //! Every offset, size, count and string length from the file is checked before use, so hostile
 //! input yields a [`GgufError`] naming the problem, never a panic or an oversized allocation.
 
+mod end_of_generation;
 mod error;
 mod file;
 mod getters;
@@ -9,6 +10,7 @@ mod metadata;
 mod reader;
 mod tensor;
 
+pub use end_of_generation::{EOG_TEXTS, end_of_generation_ids};
 pub use error::GgufError;
 pub use file::{DEFAULT_ALIGNMENT, GgufFile};
 pub use metadata::{MAX_ARRAY_DEPTH, MetaArray, MetaValue};

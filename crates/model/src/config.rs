@@ -73,20 +73,6 @@ pub struct ModelConfig {
     pub eog_token_ids: Vec<u32>,
 }
 
-/// Token texts llama.cpp treats as end-of-generation besides eos (llama-vocab.cpp, the EOG
-/// detection loop over `token_to_id` in `load`).
-const EOG_TEXTS: &[&str] = &[
-    "<|eot_id|>",
-    "<|im_end|>",
-    "<|end|>",
-    "<end_of_turn>",
-    "<|endoftext|>",
-    "<|end_of_text|>",
-    "<EOT>",
-    "<|return|>",
-    "<|call|>",
-];
-
 impl ModelConfig {
     /// Reads the configuration from a GGUF file's metadata.
     pub fn from_gguf(file: &GgufFile) -> Result<Self, ModelError> {
@@ -162,17 +148,10 @@ impl ModelConfig {
         };
         let bos_token_id = token_id("tokenizer.ggml.bos_token_id")?;
         let eos_token_id = token_id("tokenizer.ggml.eos_token_id")?;
-        let mut eog_token_ids: Vec<u32> = eos_token_id.into_iter().collect();
-        if let Some(eot) = token_id("tokenizer.ggml.eot_token_id")? {
-            eog_token_ids.push(eot);
-        }
-        for (id, text) in tokens.iter().enumerate() {
-            if EOG_TEXTS.contains(&text.as_ref()) {
-                eog_token_ids.push(id as u32);
-            }
-        }
-        eog_token_ids.sort_unstable();
-        eog_token_ids.dedup();
+        let eot_token_id = token_id("tokenizer.ggml.eot_token_id")?;
+        let eom_token_id = token_id("tokenizer.ggml.eom_token_id")?;
+        let eog_token_ids =
+            pagoda_gguf::end_of_generation_ids(tokens, &[eos_token_id, eot_token_id, eom_token_id]);
 
         let mut config = Self {
             architecture,
