@@ -1,7 +1,22 @@
-//! pagoda-core: request-level state that needs neither I/O nor tensors. For now this is the
-//! sampling parameters and their validation; the scheduler and KV block accounting come later.
-//! The crate stays dependency-light so the engine core can be unit-tested without a model.
+//! pagoda-core: the engine's brain, with no I/O and no tensors: requests and their sampling
+//! parameters, KV block accounting with prefix caching, the scheduler, and `EngineCore`, which
+//! drives any `ModelExecutor` one step at a time. `engine` runs it on its own thread.
 
+pub mod config;
+pub mod engine;
+pub mod engine_core;
+pub mod kv;
+pub mod logprobs;
+pub mod request;
 pub mod sampling_params;
+pub mod sched;
 
+pub use config::{CacheConfig, ConfigError, SchedulerConfig};
+pub use engine_core::{
+    AddRequestError, EngineCore, EngineOutput, EngineRequest, EngineStats, ExecutorError,
+    ExecutorOutput, ModelExecutor, OutputTiming, RequestId, SampledToken,
+};
+pub use logprobs::{PositionLogprobs, TokenLogprob};
+pub use request::{FinishReason, Request, RequestStatus, SeqId};
 pub use sampling_params::{SamplingParams, SamplingParamsError};
+pub use sched::{ScheduledSeq, SchedulerOutput};

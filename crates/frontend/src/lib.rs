@@ -1,5 +1,6 @@
 //! Text to tokens and back for GGUF models: tokenizers built from `tokenizer.ggml.*` metadata
-//! (byte-level BPE and SentencePiece-style), incremental detokenization, and chat templates.
+//! (byte-level BPE and SentencePiece-style), incremental detokenization with stop strings, and
+//! chat templates.
 
 mod bpe;
 mod byte_level;
@@ -10,11 +11,13 @@ mod gguf_vocab;
 mod special;
 mod spm;
 mod strftime;
+mod text_stream;
 mod tokenizer;
 mod vocab;
 
 pub use chat_template::{ChatMessage, ChatTemplate, TemplateSource};
 pub use decode_stream::DecodeStream;
 pub use error::{TemplateError, TokenizerError};
+pub use text_stream::{StopMatch, TextDelta, TextStream, TextStreamError, TextStreamOptions};
 pub use tokenizer::Tokenizer;
 pub use vocab::{GgufVocab, TokenType};

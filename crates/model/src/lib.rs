@@ -1,22 +1,25 @@
 //! pagoda-model: turns a GGUF file into logits. `ModelConfig` and `Weights` read and check the
 //! file; `Model` holds the llama/qwen2 and gemma3 architectures; `CpuExecutor` runs a flat
-//! `ForwardBatch` against a paged `KvCache`; `Sampler` and `generate` pick tokens.
+//! `ForwardBatch` against a paged `KvCache`; `ModelRunner` drives it for the engine core
+//! (`build_engine`), sampling with a per-sequence `Sampler`.
 
 pub mod batch;
 pub mod config;
+pub mod engine_setup;
 mod error;
 pub mod executor;
-pub mod generate;
 pub mod kv_cache;
+pub mod model_runner;
 pub mod models;
 pub mod sampler;
 pub mod weights;
 
 pub use batch::{ForwardBatch, Logits, SeqChunk};
 pub use config::{Architecture, ModelConfig};
+pub use engine_setup::{EngineSetup, KvReport, build_engine};
 pub use error::ModelError;
 pub use executor::CpuExecutor;
-pub use generate::{FinishReason, GenerateOptions, GenerateOutput, generate};
 pub use kv_cache::KvCache;
+pub use model_runner::ModelRunner;
 pub use models::Model;
-pub use sampler::{Sampled, Sampler, TokenLogprob};
+pub use sampler::{PositionLogprobs, Sampled, Sampler, TokenLogprob, prompt_logprobs};

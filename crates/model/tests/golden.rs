@@ -17,7 +17,6 @@
 mod common;
 
 use pagoda_core::SamplingParams;
-use pagoda_model::{CpuExecutor, GenerateOptions, generate};
 use serde_json::Value;
 
 /// Bounds on the absolute difference of top-5 probabilities (asserted). llama.cpp with flash
@@ -41,23 +40,35 @@ fn ids(v: &Value) -> Vec<u32> {
 }
 
 fn check_model(model_file: &str, golden_file: &str) {
-    let model = common::load_model(model_file);
-    let mut exec = CpuExecutor::new(model, 64, 16).unwrap();
     let golden = common::golden(golden_file);
+    // Every prompt in one continuous batch: the engine path, batched, against llama.cpp.
+    let reqs: Vec<(Vec<u32>, SamplingParams)> = golden["prompts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let max_tokens = p["completion_token_ids"].as_array().unwrap().len() as u32;
+            (
+                ids(&p["tokens"]["add_special_true"]),
+                SamplingParams {
+                    logprobs: Some(5),
+                    ..SamplingParams::greedy(max_tokens)
+                },
+            )
+        })
+        .collect();
+    let results = common::run_engine(
+        common::load_model(model_file),
+        &common::small_setup(),
+        &reqs,
+    );
     let (mut exact, mut ties, mut close, mut max_dev, mut over_target, mut failures) =
         (0, 0, 0, 0.0f64, 0, Vec::new());
     let mut devs: Vec<f64> = Vec::new();
-    for prompt in golden["prompts"].as_array().unwrap() {
+    for (prompt, out) in golden["prompts"].as_array().unwrap().iter().zip(&results) {
         let id = prompt["id"].as_str().unwrap();
-        let tokens = ids(&prompt["tokens"]["add_special_true"]);
         let reference = ids(&prompt["completion_token_ids"]);
         // On "eos" the reference ends with the end-of-generation id; ours stops there too.
-        let max_tokens = reference.len();
-        let params = SamplingParams {
-            logprobs: Some(5),
-            ..SamplingParams::greedy(max_tokens as u32)
-        };
-        let out = generate(&mut exec, &tokens, &GenerateOptions::new(params), |_| {}).unwrap();
         let ours = &out.token_ids;
 
         let ref_top = |pos: usize| -> Option<Vec<(u32, f64)>> {
@@ -82,7 +93,7 @@ fn check_model(model_file: &str, golden_file: &str) {
         };
         let our_top = |pos: usize| -> Vec<(u32, f64)> {
             out.logprobs[pos]
-                .top_logprobs
+                .top
                 .iter()
                 .map(|t| (t.token_id, f64::from(t.logprob).exp()))
                 .collect()

@@ -1,22 +1,22 @@
-//! `pagoda generate`: runs prompts through the model one after another and prints the result,
-//! streamed as text or as one JSON object per prompt. No server, no scheduler: the executor is
-//! driven directly by `pagoda_model::generate`.
+//! `pagoda generate`: runs prompts through the engine (all of a file's prompts as one
+//! continuous batch) and prints the results, streamed as text or as one JSON object per prompt,
+//! then the aggregate throughput.
 
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
-use pagoda_core::SamplingParams;
-use pagoda_frontend::{ChatMessage, ChatTemplate, DecodeStream, Tokenizer};
+use pagoda_core::engine::{EngineHandle, HandleOptions, RequestStream};
+use pagoda_core::{EngineRequest, PositionLogprobs, SamplingParams};
+use pagoda_frontend::{ChatMessage, ChatTemplate, TextStream, TextStreamOptions, Tokenizer};
 use pagoda_gguf::GgufFile;
-use pagoda_model::{CpuExecutor, GenerateOptions, Model};
+use pagoda_model::Model;
 
+use crate::engine_args::EngineArgs;
 use crate::model_path;
-
-/// Tokens per KV block; the executor's arena is sized to the longest prompt plus `max_tokens`.
-const BLOCK_SIZE: usize = 16;
 
 #[derive(Args)]
 pub struct GenerateArgs {
@@ -63,15 +63,14 @@ pub struct GenerateArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
-    /// Compute threads [default: all cores].
-    #[arg(long, env = "PAGODA_THREADS")]
-    threads: Option<usize>,
     /// Keep generating past end-of-generation tokens (for benchmarks).
     #[arg(long)]
     ignore_eos: bool,
-    /// Prompt tokens per prefill step [default: the whole prompt in one step].
+    /// Stop when this text appears (repeat for several); it is not printed.
     #[arg(long)]
-    prefill_chunk: Option<usize>,
+    stop: Vec<String>,
+    #[command(flatten)]
+    engine: EngineArgs,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -80,16 +79,21 @@ enum Format {
     Json,
 }
 
+/// One prompt's finished generation.
+struct Generated {
+    token_ids: Vec<u32>,
+    logprobs: Vec<PositionLogprobs>,
+    /// OpenAI spelling: "stop" (end-of-generation token or stop string) or "length".
+    finish: &'static str,
+    prompt_tokens: usize,
+    cached_tokens: usize,
+    /// Arrival to first token, and first token to last.
+    ttft: Duration,
+    decode: Duration,
+}
+
 pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
-    if let Some(n) = args.threads {
-        if n == 0 {
-            bail!("--threads must be at least 1");
-        }
-        pagoda_kernels::parallel::set_num_threads(n);
-    }
-    if args.prefill_chunk == Some(0) {
-        bail!("--prefill-chunk must be at least 1");
-    }
+    let setup = args.engine.resolve()?;
     let params = SamplingParams {
         temperature: args.temperature,
         top_k: args.top_k,
@@ -97,9 +101,9 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
         min_p: args.min_p,
         seed: args.seed,
         max_tokens: args.max_tokens,
-        stop_token_ids: Vec::new(),
         ignore_eos: args.ignore_eos,
         logprobs: args.top_logprobs,
+        ..SamplingParams::default()
     };
     params.validate().context("invalid sampling arguments")?;
 
@@ -107,7 +111,13 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     let file = Arc::new(
         GgufFile::open(&path).with_context(|| format!("cannot load model {}", path.display()))?,
     );
-    let tokenizer = Tokenizer::from_gguf(&file).context("cannot build the tokenizer")?;
+    let tokenizer = Arc::new(Tokenizer::from_gguf(&file).context("cannot build the tokenizer")?);
+    let text_options = TextStreamOptions {
+        stop: args.stop.clone(),
+        ..TextStreamOptions::default()
+    };
+    // Checks the stop strings before any work is done.
+    TextStream::new(tokenizer.clone(), &[], text_options.clone()).context("--stop")?;
     let template = if args.chat || args.chat_template.is_some() {
         let text = match &args.chat_template {
             Some(p) => Some(
@@ -156,57 +166,90 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
         }
         encoded.push(ids);
     }
-    let longest = encoded.iter().map(Vec::len).max().unwrap_or(0) + args.max_tokens as usize;
-    let mut exec = CpuExecutor::new(model, longest.div_ceil(BLOCK_SIZE), BLOCK_SIZE)
-        .context("cannot set up the executor")?;
 
-    let mut opts = GenerateOptions::new(params);
-    opts.prefill_chunk = args.prefill_chunk;
+    let (core, _report) =
+        pagoda_model::build_engine(model, &setup).context("cannot set up the engine")?;
+    let engine = EngineHandle::start(
+        core,
+        HandleOptions {
+            // Every output of every prompt may wait while earlier prompts are printed.
+            output_buffer: args.max_tokens as usize + 16,
+        },
+    )
+    .context("cannot start the engine thread")?;
+
+    let t0 = Instant::now();
+    let mut streams = Vec::with_capacity(encoded.len());
+    for ids in &encoded {
+        let stream = engine
+            .add_request(EngineRequest {
+                id: 0,
+                prompt_token_ids: ids.clone(),
+                params: params.clone(),
+                priority: 0,
+                extra_keys: Default::default(),
+            })
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        streams.push(stream);
+    }
     let stdout = std::io::stdout();
-    for (text, ids) in prompts.iter().zip(&encoded) {
+    let mut total_generated = 0;
+    let mut total_prompt = 0;
+    let single = encoded.len() == 1;
+    for ((text, ids), stream) in prompts.iter().zip(&encoded).zip(&mut streams) {
+        let mut text_stream = TextStream::new(tokenizer.clone(), ids, text_options.clone())?;
+        let print = args.format == Format::Text;
+        let mut out = stdout.lock();
+        let mut emit = |piece: &str| {
+            if print && !piece.is_empty() {
+                // A closed stdout (e.g. `| head`) must not abort generation mid-way.
+                let _ = out.write_all(piece.as_bytes());
+                let _ = out.flush();
+            }
+        };
+        let mut result = collect(stream, |tok| {
+            let delta = text_stream.push(tok);
+            emit(&delta.text);
+            delta.stopped.is_some()
+        })?;
+        emit(&text_stream.finish().text);
+        if text_stream.stop_match().is_some() {
+            result.finish = "stop";
+        }
+        drop(out);
         match args.format {
             Format::Text => {
-                let mut out = stdout.lock();
-                let mut stream = DecodeStream::new(&tokenizer, true, ids);
-                let result = pagoda_model::generate(&mut exec, ids, &opts, |tok| {
-                    if let Some(piece) = stream.step(tok) {
-                        // A closed stdout (e.g. `| head`) must not abort generation mid-way.
-                        let _ = out.write_all(piece.as_bytes());
-                        let _ = out.flush();
-                    }
-                })?;
-                let tail = stream.flush().unwrap_or_default();
-                writeln!(out, "{tail}")?;
-                drop(out);
-                let pp = result.prompt_tokens as f64 / result.prompt_time.as_secs_f64();
-                // The first generated token comes out of the prompt step, so decode speed is
-                // measured over the remaining ones.
-                let decoded = result.token_ids.len().saturating_sub(1);
-                let tg = decoded as f64 / result.generation_time.as_secs_f64();
-                eprintln!(
-                    "\n[prompt: {} tokens, {:.1} tok/s | generation: {} tokens, {:.1} tok/s | finish: {}]",
-                    result.prompt_tokens,
-                    pp,
-                    result.token_ids.len(),
-                    tg,
-                    result.finish_reason.as_str()
-                );
+                writeln!(stdout.lock())?;
+                if single {
+                    let pp = result.prompt_tokens as f64 / result.ttft.as_secs_f64();
+                    // The first token comes out of the prompt step, so decode speed is
+                    // measured over the remaining ones.
+                    let decoded = result.token_ids.len().saturating_sub(1);
+                    let tg = decoded as f64 / result.decode.as_secs_f64();
+                    eprintln!(
+                        "\n[prompt: {} tokens, {pp:.1} tok/s | generation: {} tokens, {tg:.1} tok/s | finish: {}]",
+                        result.prompt_tokens,
+                        result.token_ids.len(),
+                        result.finish
+                    );
+                }
             }
             Format::Json => {
-                let result = pagoda_model::generate(&mut exec, ids, &opts, |_| {})?;
                 let mut obj = serde_json::json!({
                     "prompt": text,
                     "prompt_token_ids": ids,
                     "token_ids": result.token_ids,
-                    "text": tokenizer.decode(&result.token_ids, true),
-                    "finish_reason": result.finish_reason.as_str(),
+                    "text": text_stream.text(),
+                    "finish_reason": result.finish,
+                    "cached_tokens": result.cached_tokens,
+                    "ttft_ms": result.ttft.as_secs_f64() * 1e3,
                 });
                 if args.top_logprobs.is_some() {
                     obj["top_logprobs"] = result
                         .logprobs
                         .iter()
                         .map(|s| {
-                            s.top_logprobs
+                            s.top
                                 .iter()
                                 .map(|t| serde_json::json!({"token_id": t.token_id, "logprob": t.logprob}))
                                 .collect::<Vec<_>>()
@@ -216,8 +259,68 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
                 writeln!(stdout.lock(), "{obj}")?;
             }
         }
+        total_generated += result.token_ids.len();
+        total_prompt += result.prompt_tokens;
     }
+    let wall = t0.elapsed().as_secs_f64();
+    if !single {
+        eprintln!(
+            "[{} prompts as one batch: {total_prompt} prompt + {total_generated} generated tokens in {wall:.2} s | {:.1} generated tok/s, {:.1} total tok/s]",
+            encoded.len(),
+            total_generated as f64 / wall,
+            (total_prompt + total_generated) as f64 / wall,
+        );
+    }
+    engine.shutdown();
     Ok(())
+}
+
+/// Reads one request's stream to its end, calling `on_token` for each new token; `on_token`
+/// returning true (a stop string matched) aborts the request in the engine.
+fn collect(
+    stream: &mut RequestStream,
+    mut on_token: impl FnMut(u32) -> bool,
+) -> anyhow::Result<Generated> {
+    let mut g = Generated {
+        token_ids: Vec::new(),
+        logprobs: Vec::new(),
+        finish: "length",
+        prompt_tokens: 0,
+        cached_tokens: 0,
+        ttft: Duration::ZERO,
+        decode: Duration::ZERO,
+    };
+    let mut first_at = None;
+    while let Some(item) = stream.blocking_recv() {
+        let out = item.map_err(|e| anyhow::anyhow!("{e}"))?;
+        let mut stopped = false;
+        for &t in &out.new_token_ids {
+            if on_token(t) {
+                stopped = true;
+                break;
+            }
+        }
+        if !out.new_token_ids.is_empty() && first_at.is_none() {
+            first_at = Some(out.timing.at);
+            g.ttft = out.timing.at - out.timing.arrival;
+        }
+        if let Some(f) = first_at {
+            g.decode = out.timing.at - f;
+        }
+        g.token_ids.extend(&out.new_token_ids);
+        g.logprobs.extend(out.logprobs);
+        g.prompt_tokens = out.num_prompt_tokens.max(g.prompt_tokens);
+        g.cached_tokens = out.num_cached_tokens;
+        if let Some(f) = out.finish_reason {
+            g.finish = f.as_openai();
+            break;
+        }
+        if stopped {
+            stream.abort();
+            break;
+        }
+    }
+    Ok(g)
 }
 
 /// The prompts to run: `--prompt`, or every line of `--prompts-file`.

@@ -1,8 +1,10 @@
 //! The `pagoda` command line: parses arguments and dispatches to the library crates. It holds no
 //! engine logic of its own; errors reach the user as one line and a non-zero exit.
 
+mod engine_args;
 mod generate;
 mod model_path;
+mod serve;
 
 use clap::{Parser, Subcommand};
 
@@ -21,6 +23,10 @@ struct Cli {
 enum Command {
     /// Generate text from a prompt (or a file of prompts) and print it.
     Generate(generate::GenerateArgs),
+    /// Load-test any OpenAI-compatible server (pagoda, llama.cpp, vLLM) and report latencies.
+    Bench(pagoda_bench::BenchArgs),
+    /// Serve the model over an OpenAI-compatible HTTP API.
+    Serve(serve::ServeArgs),
 }
 
 fn main() {
@@ -50,6 +56,8 @@ fn main() {
     };
     let result = match cli.command {
         Command::Generate(args) => generate::run(args),
+        Command::Serve(args) => serve::run(args),
+        Command::Bench(args) => pagoda_bench::run(args),
     };
     if let Err(e) = result {
         // `{:#}` prints the whole context chain on one line: "loading model: file X: ...".

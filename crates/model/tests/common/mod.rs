@@ -109,3 +109,64 @@ pub fn prompt(n: usize, lo: u32, hi: u32, seed: u32) -> Vec<u32> {
         })
         .collect()
 }
+
+use pagoda_core::{EngineRequest, FinishReason, PositionLogprobs, SamplingParams};
+use pagoda_model::{EngineSetup, build_engine};
+
+/// One request's result from `run_engine`.
+pub struct Generated {
+    pub token_ids: Vec<u32>,
+    pub logprobs: Vec<PositionLogprobs>,
+    pub prompt_logprobs: Vec<PositionLogprobs>,
+    pub finish: Option<FinishReason>,
+}
+
+/// Runs every `(prompt, params)` through an engine over `model`, all in one continuous batch,
+/// and returns their results in order.
+pub fn run_engine(
+    model: Model,
+    setup: &EngineSetup,
+    reqs: &[(Vec<u32>, SamplingParams)],
+) -> Vec<Generated> {
+    let (mut core, _) = build_engine(model, setup).unwrap();
+    for (i, (prompt, params)) in reqs.iter().enumerate() {
+        core.add_request(EngineRequest {
+            id: i as u64,
+            prompt_token_ids: prompt.clone(),
+            params: params.clone(),
+            priority: 0,
+            extra_keys: Default::default(),
+        })
+        .unwrap();
+    }
+    let mut out: Vec<Generated> = (0..reqs.len())
+        .map(|_| Generated {
+            token_ids: Vec::new(),
+            logprobs: Vec::new(),
+            prompt_logprobs: Vec::new(),
+            finish: None,
+        })
+        .collect();
+    while core.has_work() {
+        for o in core.step() {
+            let g = &mut out[o.request_id as usize];
+            g.token_ids.extend(o.new_token_ids);
+            g.logprobs.extend(o.logprobs);
+            g.prompt_logprobs
+                .extend(o.prompt_logprobs.unwrap_or_default());
+            if o.finish_reason.is_some() {
+                g.finish = o.finish_reason;
+            }
+        }
+    }
+    out
+}
+
+/// A small engine setup for tests: 64 MiB of KV.
+pub fn small_setup() -> EngineSetup {
+    EngineSetup {
+        kv_cache_memory: Some(64 << 20),
+        max_model_len: Some(2048),
+        ..EngineSetup::default()
+    }
+}

@@ -1,0 +1,341 @@
+//! The command line of `pagoda bench` (a `clap::Args` the binary embeds) and its resolution
+//! into a [`BenchConfig`].
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::client::{Api, SamplingSettings, Target};
+use crate::metrics::Slo;
+use crate::runner::{BenchConfig, Load};
+use crate::workload::{LengthDist, WorkloadKind, WorkloadSpec};
+
+/// Load-test an OpenAI-compatible server (pagoda, vLLM, llama.cpp's llama-server, ...).
+#[derive(Debug, Clone, clap::Args)]
+pub struct BenchArgs {
+    /// Server base URL (without /v1).
+    #[arg(
+        long,
+        env = "PAGODA_BENCH_BASE_URL",
+        default_value = "http://127.0.0.1:8000"
+    )]
+    pub base_url: String,
+    /// A second server to run the same workload against, alternately; prints ratios.
+    #[arg(long, value_name = "URL2")]
+    pub compare: Option<String>,
+    /// With --compare: A/B alternations per load point, each with fresh prompts.
+    #[arg(long, default_value_t = 1)]
+    pub rounds: usize,
+    /// Bearer token sent to the server(s).
+    #[arg(long, env = "OPENAI_API_KEY")]
+    pub api_key: Option<String>,
+    /// Model id; default: the first entry of the server's /v1/models.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Endpoint: /v1/completions or /v1/chat/completions.
+    #[arg(long, value_enum, default_value = "completions")]
+    pub api: Api,
+
+    /// What to send.
+    #[arg(long, value_enum, default_value = "random")]
+    pub workload: WorkloadKind,
+    /// Prompt length in tokens: 128 (fixed), 64..256 (uniform) or 128+-32 (normal).
+    #[arg(long, default_value = "128")]
+    pub input_len: LengthDist,
+    /// max_tokens per request, same syntax; default 128 (file: the dataset's answer lengths).
+    #[arg(long)]
+    pub output_len: Option<LengthDist>,
+    /// shared-prefix: number of groups (distinct system prompts).
+    #[arg(long, default_value_t = 4)]
+    pub num_groups: usize,
+    /// shared-prefix: system prompt length in tokens.
+    #[arg(long, default_value_t = 512)]
+    pub prefix_len: u32,
+    /// multi-turn: turns per conversation.
+    #[arg(long, default_value_t = 4)]
+    pub num_turns: usize,
+    /// file: JSON lines of prompts, or a ShareGPT JSON file.
+    #[arg(long)]
+    pub dataset_path: Option<PathBuf>,
+    /// Seed for prompts, lengths and arrival times.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Build prompt lengths by word count instead of asking the server's /tokenize.
+    #[arg(long)]
+    pub no_tokenize: bool,
+
+    /// Open loop: requests per second, or a comma list for a sweep; `inf` sends all at once.
+    #[arg(long, value_delimiter = ',', conflicts_with = "concurrency")]
+    pub request_rate: Vec<String>,
+    /// Gamma shape of arrival gaps: 1 = Poisson, < 1 burstier, > 1 more regular.
+    #[arg(long, default_value_t = 1.0)]
+    pub burstiness: f64,
+    /// Closed loop: number of concurrent clients, or a comma list for a sweep.
+    #[arg(long, value_delimiter = ',')]
+    pub concurrency: Vec<usize>,
+    /// Open loop: cap on requests in flight.
+    #[arg(long)]
+    pub max_concurrency: Option<usize>,
+    /// Requests per load point.
+    #[arg(long)]
+    pub num_requests: Option<usize>,
+    /// Stop issuing requests after this long per point (e.g. 60s, 2m).
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Requests sent first to each server and not counted.
+    #[arg(long, default_value_t = 0)]
+    pub warmup: usize,
+    /// Per-request time limit (e.g. 600s).
+    #[arg(long, value_parser = parse_duration, default_value = "600s")]
+    pub timeout: Duration,
+
+    /// Send ignore_eos so every request generates exactly max_tokens (vLLM extension).
+    #[arg(long)]
+    pub ignore_eos: bool,
+    /// Sampling temperature (default: the server's).
+    #[arg(long)]
+    pub temperature: Option<f32>,
+
+    /// Goodput: TTFT limit in milliseconds.
+    #[arg(long)]
+    pub slo_ttft: Option<f64>,
+    /// Goodput: TPOT limit in milliseconds.
+    #[arg(long)]
+    pub slo_tpot: Option<f64>,
+
+    /// Write settings, summaries and per-request records as JSON.
+    #[arg(long)]
+    pub output: Option<PathBuf>,
+    /// Write the sweep chart (SVG); default with a sweep and --output: the output path with .svg.
+    #[arg(long)]
+    pub chart: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long)]
+    pub no_progress: bool,
+}
+
+/// Requests per point when neither --num-requests nor --duration bounds the run.
+pub const DEFAULT_NUM_REQUESTS: usize = 200;
+/// Upper bound on prepared requests when only --duration is given.
+pub const DURATION_ONLY_MAX_REQUESTS: usize = 5_000;
+
+/// Parse `500ms`, `60s`, `2m`, `1h` or a plain number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = match s.find(|c: char| c.is_ascii_alphabetic()) {
+        Some(i) => s.split_at(i),
+        None => (s, "s"),
+    };
+    let value: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration like 60s, 2m, 500ms"))?;
+    let seconds = match unit {
+        "ms" => value / 1e3,
+        "s" => value,
+        "m" | "min" => value * 60.0,
+        "h" => value * 3600.0,
+        _ => return Err(format!("unknown unit `{unit}` in `{s}` (ms, s, m, h)")),
+    };
+    if !(seconds.is_finite() && seconds > 0.0) {
+        return Err(format!("`{s}` must be a positive duration"));
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+fn parse_rate(s: &str) -> Result<f64, String> {
+    let s = s.trim();
+    if s.eq_ignore_ascii_case("inf") {
+        return Ok(f64::INFINITY);
+    }
+    match s.parse::<f64>() {
+        Ok(r) if r > 0.0 => Ok(r),
+        _ => Err(format!(
+            "--request-rate `{s}` must be a positive number or `inf`"
+        )),
+    }
+}
+
+impl BenchArgs {
+    /// The load points: rates, concurrencies, or by default everything at once.
+    pub fn loads(&self) -> Result<Vec<Load>, String> {
+        if !self.concurrency.is_empty() {
+            if self.concurrency.contains(&0) {
+                return Err("--concurrency must be at least 1".into());
+            }
+            return Ok(self
+                .concurrency
+                .iter()
+                .map(|&concurrency| Load::Concurrency { concurrency })
+                .collect());
+        }
+        if !(self.burstiness.is_finite() && self.burstiness > 0.0) {
+            return Err("--burstiness must be positive".into());
+        }
+        let rates = if self.request_rate.is_empty() {
+            vec![f64::INFINITY]
+        } else {
+            self.request_rate
+                .iter()
+                .map(|r| parse_rate(r))
+                .collect::<Result<_, _>>()?
+        };
+        Ok(rates
+            .into_iter()
+            .map(|rate| Load::Rate {
+                rate,
+                burstiness: self.burstiness,
+                max_concurrency: self.max_concurrency,
+            })
+            .collect())
+    }
+
+    /// Resolve into a runnable config; `models` are the model ids of the targets (looked up by
+    /// the caller when --model is absent).
+    pub fn to_config(&self, models: &[String]) -> Result<BenchConfig, String> {
+        let mut urls = vec![self.base_url.clone()];
+        urls.extend(self.compare.clone());
+        if models.len() != urls.len() {
+            return Err("one model id per target is needed".into());
+        }
+        let targets = urls
+            .into_iter()
+            .zip(models)
+            .map(|(base_url, model)| Target {
+                base_url,
+                api_key: self.api_key.clone(),
+                model: model.clone(),
+            })
+            .collect();
+        if self.workload == WorkloadKind::File && self.dataset_path.is_none() {
+            return Err("--workload file needs --dataset-path".into());
+        }
+        let num_requests = match (self.num_requests, self.duration) {
+            (Some(n), _) => n,
+            (None, Some(_)) => DURATION_ONLY_MAX_REQUESTS,
+            (None, None) => DEFAULT_NUM_REQUESTS,
+        };
+        if num_requests == 0 {
+            return Err("--num-requests must be at least 1".into());
+        }
+        Ok(BenchConfig {
+            targets,
+            api: self.api,
+            workload: WorkloadSpec {
+                kind: self.workload,
+                input_len: self.input_len,
+                output_len: self.output_len,
+                num_groups: self.num_groups,
+                prefix_len: self.prefix_len,
+                num_turns: self.num_turns,
+                dataset_path: self.dataset_path.clone(),
+                seed: self.seed,
+            },
+            loads: self.loads()?,
+            num_requests,
+            duration: self.duration,
+            warmup: self.warmup,
+            sampling: SamplingSettings {
+                ignore_eos: self.ignore_eos,
+                temperature: self.temperature,
+            },
+            slo: Slo {
+                ttft_ms: self.slo_ttft,
+                tpot_ms: self.slo_tpot,
+            },
+            timeout: self.timeout,
+            rounds: self.rounds.max(1),
+            use_tokenize: !self.no_tokenize,
+            progress: !self.no_progress,
+        })
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        bench: BenchArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<BenchArgs, clap::Error> {
+        Cli::try_parse_from(std::iter::once("bench").chain(args.iter().copied())).map(|c| c.bench)
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("60s"), Ok(Duration::from_secs(60)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        assert!(
+            parse_duration("0s").is_err()
+                && parse_duration("5d").is_err()
+                && parse_duration("x").is_err()
+        );
+    }
+
+    #[test]
+    fn sweep_and_defaults() {
+        let a = parse(&[
+            "--request-rate",
+            "1,2,inf",
+            "--burstiness",
+            "0.5",
+            "--max-concurrency",
+            "8",
+        ])
+        .unwrap();
+        let loads = a.loads().unwrap();
+        assert_eq!(loads.len(), 3);
+        assert_eq!(
+            loads[0],
+            Load::Rate {
+                rate: 1.0,
+                burstiness: 0.5,
+                max_concurrency: Some(8)
+            }
+        );
+        assert!(matches!(loads[2], Load::Rate { rate, .. } if rate.is_infinite()));
+        let c = a.to_config(&["m".into()]).unwrap();
+        assert_eq!(c.num_requests, DEFAULT_NUM_REQUESTS);
+        assert_eq!(c.workload.input_len, LengthDist::Fixed { n: 128 });
+
+        let b = parse(&[
+            "--concurrency",
+            "1,16,32",
+            "--compare",
+            "http://b:1",
+            "--duration",
+            "30s",
+            "--ignore-eos",
+        ])
+        .unwrap();
+        let c = b.to_config(&["m".into(), "n".into()]).unwrap();
+        assert_eq!(
+            c.loads,
+            vec![
+                Load::Concurrency { concurrency: 1 },
+                Load::Concurrency { concurrency: 16 },
+                Load::Concurrency { concurrency: 32 }
+            ]
+        );
+        assert_eq!(c.targets[1].model, "n");
+        assert_eq!(c.num_requests, DURATION_ONLY_MAX_REQUESTS);
+        assert!(c.sampling.ignore_eos);
+
+        assert!(parse(&["--concurrency", "4", "--request-rate", "2"]).is_err());
+        assert!(parse(&["--request-rate=-1"]).unwrap().loads().is_err());
+        assert!(parse(&["--input-len", "0"]).is_err());
+        assert!(
+            parse(&["--workload", "file"])
+                .unwrap()
+                .to_config(&["m".into()])
+                .is_err()
+        );
+    }
+}

@@ -1,0 +1,250 @@
+//! `EngineHandle`: the thread-safe front of the engine thread. Adding a request checks it at
+//! once (so the caller can answer 400 or 429 before streaming) and returns its `RequestStream`;
+//! dropping the stream before it ends aborts the request, so a client that goes away frees its
+//! KV blocks within a step.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use thiserror::Error;
+use tokio::sync::mpsc as tmpsc;
+
+use super::engine_loop::{self, Command};
+use crate::engine_core::{
+    AddRequestError, EngineCore, EngineOutput, EngineRequest, EngineStats, ModelExecutor, RequestId,
+};
+
+pub(crate) type StreamItem = Result<EngineOutput, StreamError>;
+
+/// Why a request's stream ended without its normal finish.
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum StreamError {
+    #[error("{0}")]
+    Rejected(AddRequestError),
+    #[error("the reader fell more than {0} outputs behind and was cut off")]
+    Overflow(usize),
+    #[error("the engine failed this request: {0}")]
+    Engine(String),
+    #[error("the engine is shutting down")]
+    Shutdown,
+}
+
+/// Limits the handle checks without asking the engine thread.
+#[derive(Clone, Copy, Debug)]
+pub struct HandleOptions {
+    /// Outputs buffered per request before a slow reader is cut off.
+    pub output_buffer: usize,
+}
+
+impl Default for HandleOptions {
+    fn default() -> Self {
+        Self {
+            output_buffer: 4096,
+        }
+    }
+}
+
+pub(crate) struct Shared {
+    pub(crate) stats: Mutex<EngineStats>,
+    /// Requests added but not yet scheduled (the waiting queue, as the handle sees it).
+    pub(crate) queued: AtomicUsize,
+}
+
+/// The way in to a running engine. Cheap to share behind an `Arc`.
+pub struct EngineHandle {
+    tx: Mutex<mpsc::Sender<Command>>,
+    shared: Arc<Shared>,
+    next_id: AtomicU64,
+    max_waiting: usize,
+    max_model_len: usize,
+    options: HandleOptions,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl EngineHandle {
+    /// Moves `core` onto a new thread named `pagoda-engine` and returns its handle.
+    pub fn start<E: ModelExecutor + Send + 'static>(
+        core: EngineCore<E>,
+        options: HandleOptions,
+    ) -> std::io::Result<Self> {
+        let (tx, rx) = mpsc::channel();
+        let shared = Arc::new(Shared {
+            stats: Mutex::new(core.stats()),
+            queued: AtomicUsize::new(0),
+        });
+        let max_waiting = core.scheduler().config().max_waiting_requests;
+        let max_model_len = core.scheduler().config().max_model_len;
+        let thread_shared = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("pagoda-engine".into())
+            .spawn(move || engine_loop::run(core, rx, thread_shared))?;
+        Ok(Self {
+            tx: Mutex::new(tx),
+            shared,
+            next_id: AtomicU64::new(1),
+            max_waiting,
+            max_model_len,
+            options,
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    /// The model's context length as the engine enforces it.
+    pub fn max_model_len(&self) -> usize {
+        self.max_model_len
+    }
+
+    /// Queues `prompt` with `params`; `req.id` is replaced by a fresh id. Fails at once when the
+    /// waiting queue is full or the engine is gone; other checks answer on the stream.
+    pub fn add_request(&self, mut req: EngineRequest) -> Result<RequestStream, StreamError> {
+        req.id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let queued = self.shared.queued.fetch_add(1, Ordering::Relaxed);
+        if queued >= self.max_waiting {
+            self.shared.queued.fetch_sub(1, Ordering::Relaxed);
+            return Err(StreamError::Rejected(AddRequestError::QueueFull(
+                self.max_waiting,
+            )));
+        }
+        let (otx, orx) = tmpsc::channel(self.options.output_buffer.max(1));
+        let overflowed = Arc::new(AtomicBool::new(false));
+        let remaining = req.params.n.max(1);
+        let id = req.id;
+        let cmd_tx = self.sender()?;
+        if cmd_tx
+            .send(Command::Add(Box::new(req), otx, Arc::clone(&overflowed)))
+            .is_err()
+        {
+            self.shared.queued.fetch_sub(1, Ordering::Relaxed);
+            return Err(StreamError::Shutdown);
+        }
+        Ok(RequestStream {
+            id,
+            rx: orx,
+            overflowed,
+            buffer: self.options.output_buffer,
+            remaining,
+            done: false,
+            cmd_tx,
+        })
+    }
+
+    /// Ends request `id` (its blocks are freed in the engine's next step).
+    pub fn abort(&self, id: RequestId) {
+        if let Ok(tx) = self.sender() {
+            let _ = tx.send(Command::Abort(id));
+        }
+    }
+
+    /// The engine's counters as of its last step.
+    pub fn stats(&self) -> EngineStats {
+        self.shared.stats.lock().map(|s| *s).unwrap_or_default()
+    }
+
+    /// Requests waiting for their first step.
+    pub fn num_queued(&self) -> usize {
+        self.shared.queued.load(Ordering::Relaxed)
+    }
+
+    /// Aborts everything in flight, stops the thread and waits for it.
+    pub fn shutdown(&self) {
+        if let Ok(tx) = self.sender() {
+            let _ = tx.send(Command::Shutdown);
+        }
+        if let Ok(mut t) = self.thread.lock()
+            && let Some(t) = t.take()
+        {
+            let _ = t.join();
+        }
+    }
+
+    fn sender(&self) -> Result<mpsc::Sender<Command>, StreamError> {
+        self.tx
+            .lock()
+            .map(|t| t.clone())
+            .map_err(|_| StreamError::Shutdown)
+    }
+}
+
+impl Drop for EngineHandle {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// One request's outputs, in order. Dropping it before the end aborts the request.
+pub struct RequestStream {
+    id: RequestId,
+    rx: tmpsc::Receiver<StreamItem>,
+    overflowed: Arc<AtomicBool>,
+    buffer: usize,
+    /// Sequences not finished yet.
+    remaining: u32,
+    done: bool,
+    cmd_tx: mpsc::Sender<Command>,
+}
+
+impl RequestStream {
+    pub fn id(&self) -> RequestId {
+        self.id
+    }
+
+    /// The next output; `None` after the last one.
+    pub async fn recv(&mut self) -> Option<Result<EngineOutput, StreamError>> {
+        if self.done {
+            return None;
+        }
+        let item = self.rx.recv().await;
+        self.track(item)
+    }
+
+    /// [`Self::recv`] for threads outside an async runtime.
+    pub fn blocking_recv(&mut self) -> Option<Result<EngineOutput, StreamError>> {
+        if self.done {
+            return None;
+        }
+        let item = self.rx.blocking_recv();
+        self.track(item)
+    }
+
+    fn track(&mut self, item: Option<StreamItem>) -> Option<StreamItem> {
+        match item {
+            Some(Ok(out)) => {
+                if out.finish_reason.is_some() {
+                    self.remaining = self.remaining.saturating_sub(1);
+                    if self.remaining == 0 {
+                        self.done = true;
+                    }
+                }
+                Some(Ok(out))
+            }
+            Some(Err(e)) => {
+                self.done = true;
+                Some(Err(e))
+            }
+            None => {
+                self.done = true;
+                if self.overflowed.load(Ordering::Relaxed) {
+                    Some(Err(StreamError::Overflow(self.buffer)))
+                } else {
+                    Some(Err(StreamError::Shutdown))
+                }
+            }
+        }
+    }
+
+    /// Ends the request now (for example when a stop string matched).
+    pub fn abort(&mut self) {
+        if !self.done {
+            self.done = true;
+            let _ = self.cmd_tx.send(Command::Abort(self.id));
+        }
+    }
+}
+
+impl Drop for RequestStream {
+    fn drop(&mut self) {
+        self.abort();
+    }
+}

@@ -1,0 +1,442 @@
+//! `EngineCore`: one synchronous step = schedule -> execute -> update. It owns the scheduler and
+//! the executor and nothing else; no locks, no async, no I/O. A request with `n > 1` becomes n
+//! sequences with consecutive seeds; prefix caching lets them share the prompt's blocks.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use thiserror::Error;
+
+use crate::config::{CacheConfig, SchedulerConfig};
+use crate::kv::{ExtraKeys, KvCacheManager};
+use crate::logprobs::PositionLogprobs;
+use crate::request::{FinishReason, Request, SeqId};
+use crate::sampling_params::{SamplingParams, SamplingParamsError};
+use crate::sched::{Scheduler, SchedulerOutput};
+
+/// The client's id for a request (all its sequences share it).
+pub type RequestId = u64;
+
+/// What the executor returns for one sequence that reached the end of its known tokens.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SampledToken {
+    pub seq_id: SeqId,
+    pub token_id: u32,
+    /// Present when the request asked for logprobs.
+    pub logprobs: Option<PositionLogprobs>,
+}
+
+/// One step's results from the executor.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ExecutorOutput {
+    pub sampled: Vec<SampledToken>,
+    /// Prompt logprobs computed this step, per sequence, for positions in order.
+    pub prompt_logprobs: Vec<(SeqId, Vec<PositionLogprobs>)>,
+}
+
+/// The executor failed a whole step.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("executor: {0}")]
+pub struct ExecutorError(pub String);
+
+/// Runs the model over a scheduled step. The core is tested against fakes of this.
+pub trait ModelExecutor {
+    fn execute(&mut self, step: &SchedulerOutput) -> Result<ExecutorOutput, ExecutorError>;
+}
+
+/// A request as the engine receives it: tokens, never text.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EngineRequest {
+    pub id: RequestId,
+    pub prompt_token_ids: Vec<u32>,
+    pub params: SamplingParams,
+    /// Lower runs first when priority scheduling is on.
+    pub priority: i32,
+    pub extra_keys: ExtraKeys,
+}
+
+/// A request the engine will not run.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum AddRequestError {
+    #[error("the prompt is empty")]
+    EmptyPrompt,
+    #[error(
+        "the prompt has {prompt} tokens and max_tokens is {max_tokens}: {total} exceeds the model's context of {max_model_len} tokens"
+    )]
+    TooLong {
+        prompt: usize,
+        max_tokens: usize,
+        total: usize,
+        max_model_len: usize,
+    },
+    #[error(
+        "prompt token {token} at position {position} is outside the vocabulary of {vocab_size}"
+    )]
+    BadToken {
+        token: u32,
+        position: usize,
+        vocab_size: usize,
+    },
+    #[error(transparent)]
+    Params(#[from] SamplingParamsError),
+    #[error("request id {0} is already in use")]
+    DuplicateId(RequestId),
+    #[error("the waiting queue is full ({0} requests)")]
+    QueueFull(usize),
+}
+
+/// Timing of an output, for latency metrics.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct OutputTiming {
+    pub arrival: Instant,
+    pub first_scheduled: Option<Instant>,
+    /// When this output was produced (end of its step).
+    pub at: Instant,
+}
+
+/// What one sequence produced in one step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EngineOutput {
+    pub request_id: RequestId,
+    /// Which of the request's `n` sequences.
+    pub index: u32,
+    pub new_token_ids: Vec<u32>,
+    /// One per new token, when asked for.
+    pub logprobs: Vec<PositionLogprobs>,
+    /// Prompt logprobs (position 1 onward), sent once with the first token, when asked for.
+    pub prompt_logprobs: Option<Vec<PositionLogprobs>>,
+    pub finish_reason: Option<FinishReason>,
+    pub num_prompt_tokens: usize,
+    /// Prompt tokens served from the prefix cache.
+    pub num_cached_tokens: usize,
+    pub timing: OutputTiming,
+}
+
+/// Engine-wide counters and gauges, for metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct EngineStats {
+    pub num_running: usize,
+    pub num_waiting: usize,
+    pub kv_usage: f64,
+    pub num_blocks: usize,
+    pub prompt_tokens: u64,
+    pub generation_tokens: u64,
+    pub prefix_queried_tokens: u64,
+    pub prefix_hit_tokens: u64,
+    pub preemptions: u64,
+    pub steps: u64,
+    /// At the last step with the most KV slots allocated: slots allocated and slots holding a
+    /// token (the rest is partial-block waste).
+    pub peak_kv_slots: usize,
+    pub peak_kv_filled: usize,
+}
+
+struct SeqInfo {
+    request_id: RequestId,
+    index: u32,
+    prompt_logprobs: Vec<PositionLogprobs>,
+    wants_prompt_logprobs: bool,
+}
+
+/// Schedule -> execute -> update, one step at a time.
+pub struct EngineCore<E: ModelExecutor> {
+    scheduler: Scheduler,
+    executor: E,
+    vocab_size: usize,
+    seqs: HashMap<SeqId, SeqInfo>,
+    by_request: HashMap<RequestId, Vec<SeqId>>,
+    next_seq: SeqId,
+    seed_counter: u64,
+    generation_tokens: u64,
+    /// Requests scheduled for the first time since the last `take_admitted`.
+    admitted: Vec<RequestId>,
+    peak_kv: (usize, usize),
+}
+
+impl<E: ModelExecutor> EngineCore<E> {
+    /// An engine over `executor`, whose arena must have `cache.num_blocks` blocks of
+    /// `cache.block_size`; `eog_ids` are the model's end-of-generation tokens.
+    pub fn new(
+        executor: E,
+        scheduler_config: SchedulerConfig,
+        cache: &CacheConfig,
+        eog_ids: Vec<u32>,
+        vocab_size: usize,
+    ) -> Self {
+        let kv = KvCacheManager::new(
+            cache.num_blocks,
+            cache.block_size,
+            cache.enable_prefix_caching,
+        );
+        // Per-process entropy for unseeded requests; seeded ones never use it.
+        let seed_counter = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        Self {
+            scheduler: Scheduler::new(scheduler_config, kv, eog_ids),
+            executor,
+            vocab_size,
+            seqs: HashMap::new(),
+            by_request: HashMap::new(),
+            next_seq: 0,
+            seed_counter,
+            generation_tokens: 0,
+            admitted: Vec::new(),
+            peak_kv: (0, 0),
+        }
+    }
+
+    pub fn scheduler(&self) -> &Scheduler {
+        &self.scheduler
+    }
+
+    pub fn executor(&self) -> &E {
+        &self.executor
+    }
+
+    pub fn executor_mut(&mut self) -> &mut E {
+        &mut self.executor
+    }
+
+    /// Whether any request is waiting or running.
+    pub fn has_work(&self) -> bool {
+        self.scheduler.has_unfinished()
+    }
+
+    /// Checks a request and queues its sequences.
+    pub fn add_request(&mut self, req: EngineRequest) -> Result<(), AddRequestError> {
+        self.check(&req)?;
+        let n = req.params.n.max(1);
+        let mut ids = Vec::with_capacity(n as usize);
+        let base_seed = req.params.seed.unwrap_or_else(|| {
+            self.seed_counter = self.seed_counter.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            self.seed_counter
+        });
+        let block_size = self.scheduler.kv().block_size();
+        for index in 0..n {
+            let seq = self.next_seq;
+            self.next_seq += 1;
+            let r = Request::new(
+                seq,
+                req.prompt_token_ids.clone(),
+                req.params.clone(),
+                base_seed.wrapping_add(u64::from(index)),
+                req.priority,
+                seq,
+                &req.extra_keys,
+                block_size,
+            );
+            self.scheduler.add_request(r);
+            self.seqs.insert(
+                seq,
+                SeqInfo {
+                    request_id: req.id,
+                    index,
+                    prompt_logprobs: Vec::new(),
+                    wants_prompt_logprobs: req.params.prompt_logprobs.is_some(),
+                },
+            );
+            ids.push(seq);
+        }
+        self.by_request.insert(req.id, ids);
+        Ok(())
+    }
+
+    fn check(&self, req: &EngineRequest) -> Result<(), AddRequestError> {
+        if self.by_request.contains_key(&req.id) {
+            return Err(AddRequestError::DuplicateId(req.id));
+        }
+        if req.prompt_token_ids.is_empty() {
+            return Err(AddRequestError::EmptyPrompt);
+        }
+        req.params.validate()?;
+        req.params.validate_against_vocab(self.vocab_size)?;
+        if let Some((position, &token)) = req
+            .prompt_token_ids
+            .iter()
+            .enumerate()
+            .find(|(_, t)| **t as usize >= self.vocab_size)
+        {
+            return Err(AddRequestError::BadToken {
+                token,
+                position,
+                vocab_size: self.vocab_size,
+            });
+        }
+        let max_model_len = self.scheduler.config().max_model_len;
+        let prompt = req.prompt_token_ids.len();
+        let total = prompt + req.params.max_tokens as usize;
+        if prompt >= max_model_len || total > max_model_len {
+            return Err(AddRequestError::TooLong {
+                prompt,
+                max_tokens: req.params.max_tokens as usize,
+                total,
+                max_model_len,
+            });
+        }
+        let limit = self.scheduler.config().max_waiting_requests;
+        if self.scheduler.num_waiting() >= limit {
+            return Err(AddRequestError::QueueFull(limit));
+        }
+        Ok(())
+    }
+
+    /// Ends every sequence of `id`; returns their final outputs (finish reason `Abort`).
+    pub fn abort(&mut self, id: RequestId) -> Vec<EngineOutput> {
+        self.finish_request(id, FinishReason::Abort)
+    }
+
+    fn finish_request(&mut self, id: RequestId, reason: FinishReason) -> Vec<EngineOutput> {
+        let seqs = self.by_request.get(&id).cloned().unwrap_or_default();
+        let mut outs = Vec::new();
+        for seq in seqs {
+            if let Some(o) = self.finish_seq(seq, reason.clone()) {
+                outs.push(o);
+            }
+        }
+        outs
+    }
+
+    fn finish_seq(&mut self, seq: SeqId, reason: FinishReason) -> Option<EngineOutput> {
+        let req = self.scheduler.request(seq)?;
+        let mut out = self.empty_output(seq, req)?;
+        out.finish_reason = Some(reason.clone());
+        self.scheduler.finish(seq, reason);
+        self.forget(seq);
+        Some(out)
+    }
+
+    fn forget(&mut self, seq: SeqId) {
+        if let Some(info) = self.seqs.remove(&seq)
+            && let Some(list) = self.by_request.get_mut(&info.request_id)
+        {
+            list.retain(|&s| s != seq);
+            if list.is_empty() {
+                self.by_request.remove(&info.request_id);
+            }
+        }
+    }
+
+    fn empty_output(&self, seq: SeqId, req: &Request) -> Option<EngineOutput> {
+        let info = self.seqs.get(&seq)?;
+        Some(EngineOutput {
+            request_id: info.request_id,
+            index: info.index,
+            new_token_ids: Vec::new(),
+            logprobs: Vec::new(),
+            prompt_logprobs: None,
+            finish_reason: None,
+            num_prompt_tokens: req.prompt_len,
+            num_cached_tokens: req.num_cached_tokens.unwrap_or(0),
+            timing: OutputTiming {
+                arrival: req.arrival,
+                first_scheduled: req.first_scheduled,
+                at: Instant::now(),
+            },
+        })
+    }
+
+    /// One step. Returns the outputs of every sequence that produced a token or finished.
+    pub fn step(&mut self) -> Vec<EngineOutput> {
+        let plan = self.scheduler.schedule();
+        if plan.is_empty() {
+            return Vec::new();
+        }
+        for s in plan.scheduled.iter().filter(|s| s.new.is_some()) {
+            if let Some(info) = self.seqs.get(&s.seq_id)
+                && info.index == 0
+            {
+                self.admitted.push(info.request_id);
+            }
+        }
+        let result = self.executor.execute(&plan);
+        let exec = match result {
+            Ok(e) => e,
+            Err(e) => {
+                // A failed step ends the sequences it carried, never the engine.
+                tracing::error!("step failed: {e}");
+                let mut outs = Vec::new();
+                for s in &plan.scheduled {
+                    if let Some(o) = self.finish_seq(s.seq_id, FinishReason::Error(e.0.clone())) {
+                        outs.push(o);
+                    }
+                }
+                return outs;
+            }
+        };
+        for (seq, lps) in exec.prompt_logprobs {
+            if let Some(info) = self.seqs.get_mut(&seq) {
+                info.prompt_logprobs.extend(lps);
+            }
+        }
+        let mut sampled = HashMap::with_capacity(exec.sampled.len());
+        let mut sampled_lps = HashMap::new();
+        for s in exec.sampled {
+            sampled.insert(s.seq_id, s.token_id);
+            if let Some(lp) = s.logprobs {
+                sampled_lps.insert(s.seq_id, lp);
+            }
+        }
+        let updates = self.scheduler.update_from_output(&plan, &sampled);
+        let usage = self.scheduler.kv_slot_usage();
+        if usage.0 >= self.peak_kv.0 {
+            self.peak_kv = usage;
+        }
+        let now = Instant::now();
+        let mut outs = Vec::with_capacity(updates.len());
+        for u in updates {
+            let Some(info) = self.seqs.get_mut(&u.seq_id) else {
+                continue;
+            };
+            let first_token = u.num_output_tokens == 1;
+            let prompt_logprobs = (info.wants_prompt_logprobs
+                && (first_token || u.finish.is_some())
+                && !info.prompt_logprobs.is_empty())
+            .then(|| std::mem::take(&mut info.prompt_logprobs));
+            let out = EngineOutput {
+                request_id: info.request_id,
+                index: info.index,
+                new_token_ids: u.new_token.into_iter().collect(),
+                logprobs: sampled_lps.remove(&u.seq_id).into_iter().collect(),
+                prompt_logprobs,
+                finish_reason: u.finish.clone(),
+                num_prompt_tokens: u.prompt_len,
+                num_cached_tokens: u.num_cached_tokens,
+                timing: OutputTiming {
+                    arrival: u.arrival,
+                    first_scheduled: u.first_scheduled,
+                    at: now,
+                },
+            };
+            self.generation_tokens += out.new_token_ids.len() as u64;
+            if u.finish.is_some() {
+                self.forget(u.seq_id);
+            }
+            outs.push(out);
+        }
+        outs
+    }
+
+    /// Requests whose first sequence was scheduled for the first time since the last call.
+    pub fn take_admitted(&mut self) -> Vec<RequestId> {
+        std::mem::take(&mut self.admitted)
+    }
+
+    pub fn stats(&self) -> EngineStats {
+        let kv = self.scheduler.kv();
+        EngineStats {
+            num_running: self.scheduler.num_running(),
+            num_waiting: self.scheduler.num_waiting(),
+            kv_usage: kv.usage(),
+            num_blocks: kv.pool().num_blocks(),
+            prompt_tokens: self.scheduler.counters.prompt_tokens_computed,
+            generation_tokens: self.generation_tokens,
+            prefix_queried_tokens: kv.stats.queried_tokens,
+            prefix_hit_tokens: kv.stats.hit_tokens,
+            preemptions: self.scheduler.counters.preemptions,
+            steps: self.scheduler.counters.steps,
+            peak_kv_slots: self.peak_kv.0,
+            peak_kv_filled: self.peak_kv.1,
+        }
+    }
+}

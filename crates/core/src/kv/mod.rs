@@ -1,0 +1,9 @@
+//! KV block accounting: which blocks of the executor's arena hold which sequence's tokens.
+
+pub mod block_hash;
+pub mod block_pool;
+pub mod kv_cache_manager;
+
+pub use block_hash::{BlockHash, ExtraKeys};
+pub use block_pool::{BlockId, BlockPool};
+pub use kv_cache_manager::{ComputedBlocks, KvCacheManager, PrefixCacheStats};

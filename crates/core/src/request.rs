@@ -1,0 +1,143 @@
+//! A request as the scheduler tracks it: its tokens (prompt, then generated), how many of them
+//! have KV in the cache (`num_computed_tokens`, the one invariant the scheduler drives), its
+//! block hashes, and where it is in its life.
+
+use std::time::Instant;
+
+use crate::kv::block_hash::{BlockHash, ExtraKeys, extend_block_hashes};
+use crate::sampling_params::SamplingParams;
+
+/// The engine's key for one sequence (one choice of a request: `n > 1` makes n of them).
+pub type SeqId = u64;
+
+/// Where a sequence is in its life.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RequestStatus {
+    Waiting,
+    Running,
+    /// Blocks freed by preemption; waits at the front of the queue to be recomputed.
+    Preempted,
+    Finished(FinishReason),
+}
+
+/// Why a sequence ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FinishReason {
+    /// A model end-of-generation id, or one of `stop_token_ids`; carries the id.
+    Stop(u32),
+    /// `max_tokens` generated, or the context is full.
+    Length,
+    /// Aborted by the client (or by a stop string found at the text edge).
+    Abort,
+    /// The request could not run; the message says why.
+    Error(String),
+}
+
+impl FinishReason {
+    /// The OpenAI `finish_reason` spelling.
+    pub fn as_openai(&self) -> &'static str {
+        match self {
+            Self::Stop(_) => "stop",
+            Self::Length => "length",
+            Self::Abort => "abort",
+            Self::Error(_) => "error",
+        }
+    }
+}
+
+/// One sequence in the scheduler.
+#[derive(Clone, Debug)]
+pub struct Request {
+    pub seq_id: SeqId,
+    /// Prompt then generated tokens.
+    pub token_ids: Vec<u32>,
+    pub prompt_len: usize,
+    /// Tokens whose KV is in the cache; the scheduler moves this toward `num_tokens()`.
+    pub num_computed_tokens: usize,
+    pub params: SamplingParams,
+    /// Seed of this sequence's sampler (the request's seed, or one the engine drew).
+    pub seed: u64,
+    /// Lower runs first; ties by arrival.
+    pub priority: i32,
+    /// Admission order (monotonic), for FCFS and for picking the latest-arrived victim.
+    pub arrival_seq: u64,
+    pub arrival: Instant,
+    pub status: RequestStatus,
+    /// Root of the hash chain (extra keys folded in).
+    pub hash_root: BlockHash,
+    /// Hashes of every full block of `token_ids`.
+    pub block_hashes: Vec<BlockHash>,
+    /// Prompt tokens served from the prefix cache at first admission.
+    pub num_cached_tokens: Option<usize>,
+    pub num_preemptions: u32,
+    /// When the sequence was first scheduled.
+    pub first_scheduled: Option<Instant>,
+}
+
+impl Request {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        seq_id: SeqId,
+        prompt: Vec<u32>,
+        params: SamplingParams,
+        seed: u64,
+        priority: i32,
+        arrival_seq: u64,
+        extra_keys: &ExtraKeys,
+        block_size: usize,
+    ) -> Self {
+        let hash_root = extra_keys.root();
+        let mut block_hashes = Vec::new();
+        extend_block_hashes(&mut block_hashes, hash_root, &prompt, block_size);
+        Self {
+            seq_id,
+            prompt_len: prompt.len(),
+            token_ids: prompt,
+            num_computed_tokens: 0,
+            params,
+            seed,
+            priority,
+            arrival_seq,
+            arrival: Instant::now(),
+            status: RequestStatus::Waiting,
+            hash_root,
+            block_hashes,
+            num_cached_tokens: None,
+            num_preemptions: 0,
+            first_scheduled: None,
+        }
+    }
+
+    pub fn num_tokens(&self) -> usize {
+        self.token_ids.len()
+    }
+
+    pub fn num_output_tokens(&self) -> usize {
+        self.token_ids.len() - self.prompt_len
+    }
+
+    pub fn output_token_ids(&self) -> &[u32] {
+        &self.token_ids[self.prompt_len..]
+    }
+
+    pub fn is_finished(&self) -> bool {
+        matches!(self.status, RequestStatus::Finished(_))
+    }
+
+    /// Appends a generated token and hashes any block it completes.
+    pub fn append_token(&mut self, token: u32, block_size: usize) {
+        self.token_ids.push(token);
+        extend_block_hashes(
+            &mut self.block_hashes,
+            self.hash_root,
+            &self.token_ids,
+            block_size,
+        );
+    }
+
+    /// Whether this sequence may take blocks from the prefix cache: prompt logprobs need the
+    /// logits of every prompt position, which a cache hit would skip.
+    pub fn uses_prefix_cache(&self) -> bool {
+        self.params.prompt_logprobs.is_none()
+    }
+}

@@ -1,0 +1,9 @@
+//! Scheduling: which sequences compute how many tokens each step, and what happens after.
+
+pub mod output;
+pub mod queue;
+pub mod scheduler;
+pub mod stop;
+
+pub use output::{NewSeqData, ScheduledSeq, SchedulerOutput};
+pub use scheduler::{Scheduler, SchedulerCounters, SeqUpdate};

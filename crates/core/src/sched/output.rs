@@ -1,0 +1,49 @@
+//! What the scheduler tells the executor each step, as a diff: a sequence's full payload the
+//! first time it is scheduled, then only its new blocks and token counts. The executor keeps
+//! each sequence's tokens and sampler until the sequence appears in `finished_seq_ids`.
+
+use crate::kv::BlockId;
+use crate::request::SeqId;
+use crate::sampling_params::SamplingParams;
+
+/// The first scheduling of a sequence.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NewSeqData {
+    pub prompt_token_ids: Vec<u32>,
+    pub params: SamplingParams,
+    /// Seed of the sequence's sampler.
+    pub seed: u64,
+}
+
+/// One sequence's share of a step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScheduledSeq {
+    pub seq_id: SeqId,
+    /// Present the first time the sequence is scheduled.
+    pub new: Option<NewSeqData>,
+    /// Scheduled again after preemption: `block_ids` replaces its whole block table.
+    pub resumed: bool,
+    /// Blocks to append to the sequence's table (or its whole table when new or resumed).
+    pub block_ids: Vec<BlockId>,
+    /// Tokens with KV before this step.
+    pub num_computed_tokens: usize,
+    /// Tokens to compute this step, from `num_computed_tokens` on.
+    pub num_scheduled_tokens: usize,
+}
+
+/// One step's work.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SchedulerOutput {
+    pub scheduled: Vec<ScheduledSeq>,
+    pub total_num_scheduled_tokens: usize,
+    /// Sequences that ended since the last step: the executor drops their state.
+    pub finished_seq_ids: Vec<SeqId>,
+    /// Sequences preempted this step (their KV is gone; they come back with `resumed`).
+    pub preempted_seq_ids: Vec<SeqId>,
+}
+
+impl SchedulerOutput {
+    pub fn is_empty(&self) -> bool {
+        self.scheduled.is_empty()
+    }
+}

@@ -1,0 +1,346 @@
+//! The scheduler: each step, every running sequence's `num_computed_tokens` catches up toward
+//! its `num_tokens` under one token budget and a sequence cap. Running sequences go first (a
+//! decode is one token; a long prompt is chunked), then waiting ones in queue order. When the
+//! pool runs dry, the lowest-priority, latest-arrived running sequence is preempted: its blocks
+//! are freed and it is recomputed later from the front of the queue.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use super::output::{NewSeqData, ScheduledSeq, SchedulerOutput};
+use super::queue::{QueueKey, WaitingQueue};
+use super::stop::check_stop;
+use crate::config::SchedulerConfig;
+use crate::kv::{ComputedBlocks, KvCacheManager};
+use crate::request::{FinishReason, Request, RequestStatus, SeqId};
+
+/// A sequence that produced output this step (a token, a finish, or both).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SeqUpdate {
+    pub seq_id: SeqId,
+    pub new_token: Option<u32>,
+    pub finish: Option<FinishReason>,
+    pub prompt_len: usize,
+    pub num_output_tokens: usize,
+    pub num_cached_tokens: usize,
+    pub arrival: Instant,
+    pub first_scheduled: Option<Instant>,
+}
+
+/// Counters the scheduler keeps (tokens and events since start).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SchedulerCounters {
+    pub preemptions: u64,
+    pub prompt_tokens_computed: u64,
+    pub steps: u64,
+}
+
+/// Requests, queues and block accounting of one engine.
+#[derive(Debug)]
+pub struct Scheduler {
+    config: SchedulerConfig,
+    kv: KvCacheManager,
+    eog_ids: Vec<u32>,
+    requests: HashMap<SeqId, Request>,
+    waiting: WaitingQueue,
+    /// In admission order.
+    running: Vec<SeqId>,
+    /// Sequences the executor has seen (it holds their state until told they finished).
+    known_to_executor: std::collections::HashSet<SeqId>,
+    finished_since_last_step: Vec<SeqId>,
+    pub counters: SchedulerCounters,
+}
+
+impl Scheduler {
+    pub fn new(config: SchedulerConfig, kv: KvCacheManager, eog_ids: Vec<u32>) -> Self {
+        let waiting = WaitingQueue::new(config.priority_scheduling);
+        Self {
+            config,
+            kv,
+            eog_ids,
+            requests: HashMap::new(),
+            waiting,
+            running: Vec::new(),
+            known_to_executor: Default::default(),
+            finished_since_last_step: Vec::new(),
+            counters: SchedulerCounters::default(),
+        }
+    }
+
+    pub fn config(&self) -> &SchedulerConfig {
+        &self.config
+    }
+
+    pub fn kv(&self) -> &KvCacheManager {
+        &self.kv
+    }
+
+    pub fn request(&self, seq: SeqId) -> Option<&Request> {
+        self.requests.get(&seq)
+    }
+
+    pub fn num_waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    pub fn num_running(&self) -> usize {
+        self.running.len()
+    }
+
+    pub fn running(&self) -> &[SeqId] {
+        &self.running
+    }
+
+    pub fn has_unfinished(&self) -> bool {
+        !self.requests.is_empty()
+    }
+
+    /// KV slots held by running sequences, and how many of them hold a computed token; the
+    /// difference is the waste of partially filled blocks (shared blocks count once per holder).
+    pub fn kv_slot_usage(&self) -> (usize, usize) {
+        let bs = self.kv.block_size();
+        self.running.iter().fold((0, 0), |(alloc, used), s| {
+            let blocks = self.kv.block_table(*s).len();
+            let computed = self.requests.get(s).map_or(0, |r| r.num_computed_tokens);
+            (alloc + blocks * bs, used + computed.min(blocks * bs))
+        })
+    }
+
+    /// Queues a sequence (already validated by the engine).
+    pub fn add_request(&mut self, req: Request) {
+        let key = QueueKey {
+            fresh: true,
+            priority: req.priority,
+            arrival_seq: req.arrival_seq,
+        };
+        self.waiting.push(req.seq_id, key);
+        self.requests.insert(req.seq_id, req);
+    }
+
+    /// Ends a sequence wherever it is, freeing its blocks. Returns false if it was unknown.
+    pub fn finish(&mut self, seq: SeqId, reason: FinishReason) -> bool {
+        let Some(mut req) = self.requests.remove(&seq) else {
+            return false;
+        };
+        match req.status {
+            RequestStatus::Running => self.running.retain(|&s| s != seq),
+            RequestStatus::Waiting | RequestStatus::Preempted => {
+                self.waiting.remove(seq);
+            }
+            RequestStatus::Finished(_) => {}
+        }
+        self.kv.free(seq);
+        req.status = RequestStatus::Finished(reason);
+        if self.known_to_executor.remove(&seq) {
+            self.finished_since_last_step.push(seq);
+        }
+        true
+    }
+
+    /// Plans one step.
+    pub fn schedule(&mut self) -> SchedulerOutput {
+        let mut out = SchedulerOutput {
+            finished_seq_ids: std::mem::take(&mut self.finished_since_last_step),
+            ..Default::default()
+        };
+        let mut budget = self.config.max_num_batched_tokens;
+        let now = Instant::now();
+
+        // Running sequences first, in admission order.
+        let mut i = 0;
+        while i < self.running.len() && budget > 0 {
+            let seq = self.running[i];
+            let n = self.num_new_tokens(seq, 0, budget);
+            if n == 0 {
+                i += 1;
+                continue;
+            }
+            let blocks = loop {
+                let req = &self.requests[&seq];
+                if let Some(b) = self.kv.allocate_slots(req, n, &ComputedBlocks::default()) {
+                    break Some(b);
+                }
+                // Out of blocks: preempt the lowest-priority, latest-arrived sequence not yet
+                // scheduled this step (possibly this one).
+                let victim = self.running[i..]
+                    .iter()
+                    .copied()
+                    .max_by_key(|s| {
+                        let r = &self.requests[s];
+                        (r.priority, r.arrival_seq)
+                    })
+                    .unwrap_or(seq);
+                self.preempt(victim);
+                out.preempted_seq_ids.push(victim);
+                if victim == seq {
+                    break None;
+                }
+            };
+            let Some(block_ids) = blocks else {
+                continue; // `seq` left `running`; index i now holds the next one
+            };
+            budget -= n;
+            out.scheduled
+                .push(self.scheduled_entry(seq, block_ids, n, false, now));
+            i += 1;
+        }
+
+        // Then waiting sequences, unless this step had to preempt (no room for newcomers).
+        if out.preempted_seq_ids.is_empty() {
+            let candidates: Vec<SeqId> = self.waiting.iter().collect();
+            for seq in candidates {
+                if budget == 0 || self.running.len() >= self.config.max_num_seqs {
+                    break;
+                }
+                let computed = match self.requests.get(&seq) {
+                    Some(req) => self.kv.get_computed_blocks(req),
+                    None => continue,
+                };
+                let req = &self.requests[&seq];
+                if self.kv.next_block_in_flight(req, computed.blocks.len()) {
+                    // Another sequence is computing this prefix right now: wait for it rather
+                    // than compute the same KV twice (requests that arrive together share too).
+                    continue;
+                }
+                let n = self.num_new_tokens(seq, computed.num_tokens, budget);
+                let Some(block_ids) = self.kv.allocate_slots(req, n, &computed) else {
+                    break; // the pool is full: later arrivals would not fit either
+                };
+                self.waiting.remove(seq);
+                self.kv.record_query(req.num_tokens(), computed.num_tokens);
+                let mut resumed = false;
+                if let Some(r) = self.requests.get_mut(&seq) {
+                    resumed = r.status == RequestStatus::Preempted;
+                    r.num_computed_tokens += computed.num_tokens;
+                    r.num_cached_tokens.get_or_insert(computed.num_tokens);
+                    r.status = RequestStatus::Running;
+                }
+                self.running.push(seq);
+                budget -= n;
+                out.scheduled
+                    .push(self.scheduled_entry(seq, block_ids, n, resumed, now));
+            }
+        }
+        out.total_num_scheduled_tokens = out.scheduled.iter().map(|s| s.num_scheduled_tokens).sum();
+        self.counters.steps += 1;
+        out
+    }
+
+    /// Tokens `seq` would compute this step after a prefix hit of `hit` tokens.
+    fn num_new_tokens(&self, seq: SeqId, hit: usize, budget: usize) -> usize {
+        let req = &self.requests[&seq];
+        let mut n = req.num_tokens() - req.num_computed_tokens - hit;
+        let threshold = self.config.long_prefill_token_threshold;
+        if threshold > 0 {
+            n = n.min(threshold);
+        }
+        n.min(budget)
+    }
+
+    fn scheduled_entry(
+        &mut self,
+        seq: SeqId,
+        block_ids: Vec<u32>,
+        n: usize,
+        resumed: bool,
+        now: Instant,
+    ) -> ScheduledSeq {
+        let first_time = self.known_to_executor.insert(seq);
+        let req = self
+            .requests
+            .get_mut(&seq)
+            .map(|r| {
+                r.first_scheduled.get_or_insert(now);
+                &*r
+            })
+            .expect("scheduled sequences exist"); // invariant: callers looked it up
+        // A resumed sequence's table restarts from scratch: send it whole.
+        let block_ids = if resumed || first_time {
+            self.kv.block_table(seq).to_vec()
+        } else {
+            block_ids
+        };
+        ScheduledSeq {
+            seq_id: seq,
+            new: first_time.then(|| NewSeqData {
+                prompt_token_ids: req.token_ids[..req.prompt_len].to_vec(),
+                params: req.params.clone(),
+                seed: req.seed,
+            }),
+            resumed: resumed && !first_time,
+            block_ids,
+            num_computed_tokens: req.num_computed_tokens,
+            num_scheduled_tokens: n,
+        }
+    }
+
+    fn preempt(&mut self, seq: SeqId) {
+        self.running.retain(|&s| s != seq);
+        self.kv.free(seq);
+        if let Some(r) = self.requests.get_mut(&seq) {
+            r.num_computed_tokens = 0;
+            r.num_preemptions += 1;
+            r.status = RequestStatus::Preempted;
+            self.waiting.push(
+                seq,
+                QueueKey {
+                    fresh: false,
+                    priority: r.priority,
+                    arrival_seq: r.arrival_seq,
+                },
+            );
+        }
+        self.counters.preemptions += 1;
+    }
+
+    /// Applies a step's results: advances `num_computed_tokens`, appends sampled tokens,
+    /// caches newly full blocks, checks token-level stops and frees finished sequences.
+    pub fn update_from_output(
+        &mut self,
+        out: &SchedulerOutput,
+        sampled: &HashMap<SeqId, u32>,
+    ) -> Vec<SeqUpdate> {
+        let mut updates = Vec::new();
+        let block_size = self.kv.block_size();
+        for s in &out.scheduled {
+            let Some(req) = self.requests.get_mut(&s.seq_id) else {
+                continue; // aborted while the step ran
+            };
+            if req.status != RequestStatus::Running {
+                continue;
+            }
+            if req.num_computed_tokens < req.prompt_len {
+                let prompt_part =
+                    (req.prompt_len - req.num_computed_tokens).min(s.num_scheduled_tokens);
+                self.counters.prompt_tokens_computed += prompt_part as u64;
+            }
+            req.num_computed_tokens += s.num_scheduled_tokens;
+            debug_assert!(req.num_computed_tokens <= req.num_tokens());
+            let new_token = sampled.get(&s.seq_id).copied();
+            if let Some(t) = new_token {
+                req.append_token(t, block_size);
+            }
+            self.kv.cache_full_blocks(&self.requests[&s.seq_id]);
+            if new_token.is_none() {
+                continue;
+            }
+            let req = &self.requests[&s.seq_id];
+            let finish = check_stop(req, &self.eog_ids, self.config.max_model_len);
+            let update = SeqUpdate {
+                seq_id: s.seq_id,
+                new_token,
+                finish: finish.clone(),
+                prompt_len: req.prompt_len,
+                num_output_tokens: req.num_output_tokens(),
+                num_cached_tokens: req.num_cached_tokens.unwrap_or(0),
+                arrival: req.arrival,
+                first_scheduled: req.first_scheduled,
+            };
+            if let Some(reason) = finish {
+                self.finish(s.seq_id, reason);
+            }
+            updates.push(update);
+        }
+        updates
+    }
+}

@@ -1,0 +1,161 @@
+//! A fake executor that behaves like the real runner where the core can observe it: it keeps
+//! each sequence's tokens from the diffs, "computes" KV by writing (token, position) into a
+//! simulated arena through the block table, and before each chunk checks that every earlier
+//! position's slot holds the right token, so a wrong block table or a bad prefix hit fails loudly.
+
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::collections::HashMap;
+
+use pagoda_core::{
+    CacheConfig, EngineCore, EngineRequest, ExecutorError, ExecutorOutput, ModelExecutor,
+    SampledToken, SamplingParams, SchedulerConfig, SchedulerOutput, SeqId,
+};
+
+pub const VOCAB: u32 = 1000;
+pub const EOS: u32 = 999;
+
+#[derive(Default)]
+pub struct FakeExecutor {
+    pub block_size: usize,
+    /// slot -> (token, position) last written there.
+    pub arena: Vec<Option<(u32, usize)>>,
+    seqs: HashMap<SeqId, (Vec<u32>, Vec<u32>)>,
+    pub steps: Vec<SchedulerOutput>,
+    /// Time each step takes, to model a real forward pass.
+    pub step_delay: Option<std::time::Duration>,
+}
+
+impl FakeExecutor {
+    pub fn new(num_blocks: usize, block_size: usize) -> Self {
+        Self {
+            block_size,
+            arena: vec![None; num_blocks * block_size],
+            ..Default::default()
+        }
+    }
+
+    pub fn next_token(tokens: &[u32]) -> u32 {
+        let last = *tokens.last().unwrap();
+        (last.wrapping_mul(31).wrapping_add(tokens.len() as u32 * 7)) % (VOCAB - 1)
+    }
+}
+
+impl ModelExecutor for FakeExecutor {
+    fn execute(&mut self, step: &SchedulerOutput) -> Result<ExecutorOutput, ExecutorError> {
+        if let Some(d) = self.step_delay {
+            std::thread::sleep(d);
+        }
+        self.steps.push(step.clone());
+        for id in &step.finished_seq_ids {
+            self.seqs.remove(id);
+        }
+        let bs = self.block_size;
+        let mut out = ExecutorOutput::default();
+        for s in &step.scheduled {
+            if let Some(new) = &s.new {
+                self.seqs.insert(
+                    s.seq_id,
+                    (new.prompt_token_ids.clone(), s.block_ids.clone()),
+                );
+            } else {
+                let st = self
+                    .seqs
+                    .get_mut(&s.seq_id)
+                    .ok_or_else(|| ExecutorError(format!("unknown seq {}", s.seq_id)))?;
+                if s.resumed {
+                    st.1.clone_from(&s.block_ids);
+                } else {
+                    st.1.extend_from_slice(&s.block_ids);
+                }
+            }
+            let (tokens, table) = &self.seqs[&s.seq_id];
+            let (start, end) = (
+                s.num_computed_tokens,
+                s.num_computed_tokens + s.num_scheduled_tokens,
+            );
+            assert!(end <= tokens.len(), "scheduled past the known tokens");
+            assert!(table.len() * bs >= end, "block table too short");
+            for (pos, tok) in tokens.iter().enumerate().take(start) {
+                let slot = table[pos / bs] as usize * bs + pos % bs;
+                assert_eq!(
+                    self.arena[slot],
+                    Some((*tok, pos)),
+                    "seq {} position {pos}: cached KV is not its token",
+                    s.seq_id
+                );
+            }
+            for pos in start..end {
+                let slot = table[pos / bs] as usize * bs + pos % bs;
+                self.arena[slot] = Some((tokens[pos], pos));
+            }
+            if end == tokens.len() {
+                let t = Self::next_token(tokens);
+                self.seqs.get_mut(&s.seq_id).unwrap().0.push(t);
+                out.sampled.push(SampledToken {
+                    seq_id: s.seq_id,
+                    token_id: t,
+                    logprobs: None,
+                });
+            }
+        }
+        Ok(out)
+    }
+}
+
+pub fn engine(
+    num_blocks: usize,
+    block_size: usize,
+    sched: SchedulerConfig,
+    caching: bool,
+) -> EngineCore<FakeExecutor> {
+    let cache = CacheConfig {
+        block_size,
+        num_blocks,
+        enable_prefix_caching: caching,
+    };
+    EngineCore::new(
+        FakeExecutor::new(num_blocks, block_size),
+        sched,
+        &cache,
+        vec![EOS],
+        VOCAB as usize,
+    )
+}
+
+pub fn request(id: u64, prompt: Vec<u32>, max_tokens: u32) -> EngineRequest {
+    EngineRequest {
+        id,
+        prompt_token_ids: prompt,
+        params: SamplingParams {
+            max_tokens,
+            ignore_eos: true,
+            ..SamplingParams::greedy(max_tokens)
+        },
+        priority: 0,
+        extra_keys: Default::default(),
+    }
+}
+
+/// Runs until idle; returns each request's generated tokens.
+pub fn run_to_end(core: &mut EngineCore<FakeExecutor>) -> HashMap<u64, Vec<u32>> {
+    let mut out: HashMap<u64, Vec<u32>> = HashMap::new();
+    let mut guard = 0;
+    while core.has_work() {
+        for o in core.step() {
+            out.entry(o.request_id).or_default().extend(o.new_token_ids);
+        }
+        guard += 1;
+        assert!(guard < 100_000, "engine did not finish");
+    }
+    out
+}
+
+/// The tokens the fake model generates for `prompt`.
+pub fn expected(prompt: &[u32], n: usize) -> Vec<u32> {
+    let mut t = prompt.to_vec();
+    for _ in 0..n {
+        t.push(FakeExecutor::next_token(&t));
+    }
+    t[prompt.len()..].to_vec()
+}

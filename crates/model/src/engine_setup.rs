@@ -1,0 +1,107 @@
+//! Sizing and building an engine for a loaded model: the KV budget becomes a block count
+//! (reported at start-up: bytes per token, blocks, the longest context that fits), the context
+//! length is capped to what fits, and the runner is wrapped in an `EngineCore`.
+
+use pagoda_core::config::{check_kv_budget, default_kv_budget};
+use pagoda_core::{CacheConfig, EngineCore, SchedulerConfig};
+
+use crate::{CpuExecutor, Model, ModelError, ModelRunner};
+
+/// What a user may choose about the engine; `None` means the default.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EngineSetup {
+    pub scheduler: SchedulerConfig,
+    /// Bytes for all layers' K and V; default: a quarter of available memory, at most 4 GiB.
+    pub kv_cache_memory: Option<u64>,
+    pub block_size: usize,
+    pub enable_prefix_caching: bool,
+    /// Longest sequence; default: the model's training context, capped to the KV pool.
+    pub max_model_len: Option<usize>,
+}
+
+impl Default for EngineSetup {
+    fn default() -> Self {
+        Self {
+            scheduler: SchedulerConfig::default(),
+            kv_cache_memory: None,
+            block_size: 16,
+            enable_prefix_caching: true,
+            max_model_len: None,
+        }
+    }
+}
+
+/// The KV pool as sized, for the start-up log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvReport {
+    pub bytes_per_token: u64,
+    pub num_blocks: usize,
+    pub block_size: usize,
+    pub budget_bytes: u64,
+    /// Tokens the whole pool holds (the longest context that fits).
+    pub max_tokens_in_pool: usize,
+    pub max_model_len: usize,
+}
+
+/// An engine core for `model`, with its KV pool sized from `setup`.
+pub fn build_engine(
+    model: Model,
+    setup: &EngineSetup,
+) -> Result<(EngineCore<ModelRunner>, KvReport), ModelError> {
+    let config = model.config().clone();
+    let bytes_per_token =
+        (2 * config.n_layers * config.kv_dim() * std::mem::size_of::<f32>()) as u64;
+    let budget = match setup.kv_cache_memory {
+        Some(b) => {
+            check_kv_budget(b).map_err(|e| ModelError::InvalidRequest(e.to_string()))?;
+            b
+        }
+        None => default_kv_budget(),
+    };
+    let cache = CacheConfig::from_budget(
+        budget,
+        bytes_per_token,
+        setup.block_size,
+        setup.enable_prefix_caching,
+    )
+    .map_err(|e| ModelError::InvalidRequest(e.to_string()))?;
+    let pool_tokens = cache.num_blocks * cache.block_size;
+    let wanted = setup.max_model_len.unwrap_or(config.context_length);
+    if setup
+        .max_model_len
+        .is_some_and(|m| m > config.context_length)
+    {
+        return Err(ModelError::InvalidRequest(format!(
+            "max_model_len {wanted} is longer than the model's context of {}",
+            config.context_length
+        )));
+    }
+    let max_model_len = wanted.min(pool_tokens);
+    let mut scheduler = setup.scheduler.clone();
+    scheduler.max_model_len = max_model_len;
+    scheduler
+        .validate()
+        .map_err(|e| ModelError::InvalidRequest(e.to_string()))?;
+    let report = KvReport {
+        bytes_per_token,
+        num_blocks: cache.num_blocks,
+        block_size: cache.block_size,
+        budget_bytes: budget,
+        max_tokens_in_pool: pool_tokens,
+        max_model_len,
+    };
+    let eog_ids = config.eog_token_ids.clone();
+    let vocab = config.vocab_size;
+    let exec = CpuExecutor::new(model, cache.num_blocks, cache.block_size)?;
+    let core = EngineCore::new(ModelRunner::new(exec), scheduler, &cache, eog_ids, vocab);
+    tracing::info!(
+        "KV cache: {} bytes per token, {} blocks of {} tokens ({:.1} MiB), {} tokens in all; max_model_len {}",
+        report.bytes_per_token,
+        report.num_blocks,
+        report.block_size,
+        (report.num_blocks * report.block_size) as f64 * report.bytes_per_token as f64 / 1048576.0,
+        report.max_tokens_in_pool,
+        report.max_model_len
+    );
+    Ok((core, report))
+}

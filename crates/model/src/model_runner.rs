@@ -1,0 +1,190 @@
+//! `ModelRunner`: the executor side of the engine. It keeps each sequence's tokens, block
+//! table and sampler across steps (the scheduler sends only diffs), turns a `SchedulerOutput`
+//! into one flat `ForwardBatch`, runs it, and samples where a sequence reached its last known
+//! token, so logits never leave the executor.
+
+use std::collections::HashMap;
+
+use pagoda_core::{
+    ExecutorError, ExecutorOutput, ModelExecutor, SampledToken, SchedulerOutput, SeqId,
+};
+
+use crate::batch::{Logits, SeqChunk};
+use crate::sampler::{Sampler, prompt_logprobs};
+use crate::{CpuExecutor, ForwardBatch};
+
+struct SeqState {
+    /// Prompt, then every token sampled so far.
+    tokens: Vec<u32>,
+    prompt_len: usize,
+    block_table: Vec<u32>,
+    sampler: Sampler,
+    prompt_logprobs: Option<u32>,
+}
+
+/// Where one sequence's rows landed in the step's logits.
+struct RowPlan {
+    seq_id: SeqId,
+    /// First logits row of this sequence.
+    first_row: usize,
+    /// Prompt-logprob rows (positions `pl_start..pl_start + pl_rows`).
+    pl_start: usize,
+    pl_rows: usize,
+    /// Whether the last row samples a token.
+    samples: bool,
+}
+
+/// Runs scheduled steps on a `CpuExecutor`.
+pub struct ModelRunner {
+    exec: CpuExecutor,
+    seqs: HashMap<SeqId, SeqState>,
+    eog_ids: Vec<u32>,
+}
+
+impl ModelRunner {
+    pub fn new(exec: CpuExecutor) -> Self {
+        let eog_ids = exec.model.config().eog_token_ids.clone();
+        Self {
+            exec,
+            seqs: HashMap::new(),
+            eog_ids,
+        }
+    }
+
+    pub fn executor(&self) -> &CpuExecutor {
+        &self.exec
+    }
+
+    /// Sequences whose state the runner holds.
+    pub fn num_seqs(&self) -> usize {
+        self.seqs.len()
+    }
+
+    fn apply_diff(&mut self, step: &SchedulerOutput) -> Result<(), ExecutorError> {
+        for id in &step.finished_seq_ids {
+            self.seqs.remove(id);
+        }
+        for s in &step.scheduled {
+            if let Some(new) = &s.new {
+                let mut params = new.params.clone();
+                params.seed = Some(new.seed);
+                let prompt_logprobs = params.prompt_logprobs;
+                let sampler =
+                    Sampler::with_context(params, new.seed, &new.prompt_token_ids, &self.eog_ids);
+                self.seqs.insert(
+                    s.seq_id,
+                    SeqState {
+                        tokens: new.prompt_token_ids.clone(),
+                        prompt_len: new.prompt_token_ids.len(),
+                        block_table: s.block_ids.clone(),
+                        sampler,
+                        prompt_logprobs,
+                    },
+                );
+                continue;
+            }
+            let st = self.seqs.get_mut(&s.seq_id).ok_or_else(|| {
+                ExecutorError(format!("sequence {} scheduled but unknown", s.seq_id))
+            })?;
+            if s.resumed {
+                st.block_table.clone_from(&s.block_ids);
+            } else {
+                st.block_table.extend_from_slice(&s.block_ids);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl ModelExecutor for ModelRunner {
+    fn execute(&mut self, step: &SchedulerOutput) -> Result<ExecutorOutput, ExecutorError> {
+        self.apply_diff(step)?;
+        let block_size = self.exec.kv_cache.block_size();
+        let mut chunks = Vec::with_capacity(step.scheduled.len());
+        let mut plans = Vec::with_capacity(step.scheduled.len());
+        let mut rows = 0;
+        for s in &step.scheduled {
+            let st = &self.seqs[&s.seq_id];
+            let (start, end) = (
+                s.num_computed_tokens,
+                s.num_computed_tokens + s.num_scheduled_tokens,
+            );
+            if end > st.tokens.len() || start >= end {
+                return Err(ExecutorError(format!(
+                    "sequence {} scheduled tokens {start}..{end} but has {}",
+                    s.seq_id,
+                    st.tokens.len()
+                )));
+            }
+            let samples = end == st.tokens.len();
+            // Row i of the chunk scores the token at position start + i + 1.
+            let pl_end = end.min(st.prompt_len.saturating_sub(1));
+            let pl_rows = match st.prompt_logprobs {
+                Some(_) if start < pl_end => pl_end - start,
+                _ => 0,
+            };
+            let logits = if pl_rows > 0 {
+                Logits::All
+            } else if samples {
+                Logits::Last
+            } else {
+                Logits::None
+            };
+            plans.push(RowPlan {
+                seq_id: s.seq_id,
+                first_row: rows,
+                pl_start: start,
+                pl_rows,
+                samples,
+            });
+            rows += match logits {
+                Logits::All => end - start,
+                Logits::Last => 1,
+                Logits::None => 0,
+            };
+            chunks.push(SeqChunk {
+                tokens: &st.tokens[start..end],
+                start,
+                block_table: &st.block_table,
+                logits,
+            });
+        }
+        let batch = ForwardBatch::from_seqs(&chunks, block_size);
+        drop(chunks);
+        let vocab = self.exec.vocab_size();
+        let logits = self
+            .exec
+            .forward(&batch)
+            .map_err(|e| ExecutorError(e.to_string()))?;
+        let mut out = ExecutorOutput::default();
+        for (p, s) in plans.iter().zip(&step.scheduled) {
+            let Some(st) = self.seqs.get_mut(&p.seq_id) else {
+                continue;
+            };
+            if p.pl_rows > 0 {
+                let k = st.prompt_logprobs.unwrap_or(0) as usize;
+                let rows = &logits[p.first_row * vocab..(p.first_row + p.pl_rows) * vocab];
+                let targets = &st.tokens[p.pl_start + 1..p.pl_start + 1 + p.pl_rows];
+                out.prompt_logprobs
+                    .push((p.seq_id, prompt_logprobs(rows, vocab, targets, k)));
+            }
+            if p.samples {
+                // With prompt logprobs every row came back; otherwise only the last one.
+                let last = if p.pl_rows > 0 {
+                    p.first_row + s.num_scheduled_tokens - 1
+                } else {
+                    p.first_row
+                };
+                let row = &logits[last * vocab..(last + 1) * vocab];
+                let sampled = st.sampler.sample(row);
+                st.tokens.push(sampled.token_id);
+                out.sampled.push(SampledToken {
+                    seq_id: p.seq_id,
+                    token_id: sampled.token_id,
+                    logprobs: sampled.position_logprobs(),
+                });
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,91 @@
+//! The engine's knobs as command-line flags (each also read from a `PAGODA_*` environment
+//! variable), shared by `pagoda generate` and `pagoda serve`, and their resolution into an
+//! `EngineSetup`.
+
+use anyhow::{Context, bail};
+use clap::Args;
+use pagoda_core::SchedulerConfig;
+use pagoda_core::config::parse_size;
+use pagoda_model::EngineSetup;
+
+#[derive(Args, Clone, Debug)]
+pub struct EngineArgs {
+    /// Tokens per KV block.
+    #[arg(long, env = "PAGODA_BLOCK_SIZE", default_value_t = 16)]
+    pub block_size: usize,
+    /// Memory for the KV cache, e.g. 2GiB or 512MiB [default: a quarter of available memory, at
+    /// most 4GiB].
+    #[arg(long, env = "PAGODA_KV_CACHE_MEMORY")]
+    pub kv_cache_memory: Option<String>,
+    /// Turn off prefix caching (on by default).
+    #[arg(long, env = "PAGODA_NO_PREFIX_CACHING")]
+    pub no_prefix_caching: bool,
+    /// Token budget of one engine step, over all requests.
+    #[arg(long, env = "PAGODA_MAX_NUM_BATCHED_TOKENS", default_value_t = 2048)]
+    pub max_num_batched_tokens: usize,
+    /// Most requests running at once.
+    #[arg(long, env = "PAGODA_MAX_NUM_SEQS", default_value_t = 64)]
+    pub max_num_seqs: usize,
+    /// Most prompt tokens one request computes per step (0: no cap), so running decodes are not
+    /// stalled behind a long prompt.
+    #[arg(
+        long,
+        env = "PAGODA_LONG_PREFILL_TOKEN_THRESHOLD",
+        default_value_t = 256
+    )]
+    pub long_prefill_token_threshold: usize,
+    /// Requests allowed to wait for their first step; more are rejected.
+    #[arg(long, env = "PAGODA_MAX_WAITING_REQUESTS", default_value_t = 1024)]
+    pub max_waiting_requests: usize,
+    /// Longest sequence (prompt + generated) [default: the model's context, capped to the KV cache].
+    #[arg(long, env = "PAGODA_MAX_MODEL_LEN")]
+    pub max_model_len: Option<usize>,
+    /// Schedule waiting requests by their `priority` (lower first) instead of arrival order.
+    #[arg(long, env = "PAGODA_PRIORITY_SCHEDULING")]
+    pub priority_scheduling: bool,
+    /// Compute threads [default: all cores].
+    #[arg(long, env = "PAGODA_THREADS")]
+    pub threads: Option<usize>,
+}
+
+impl EngineArgs {
+    /// Checks the flags and turns them into an engine setup; sets the thread count.
+    pub fn resolve(&self) -> anyhow::Result<EngineSetup> {
+        if let Some(n) = self.threads {
+            if n == 0 {
+                bail!("--threads must be at least 1");
+            }
+            pagoda_kernels::parallel::set_num_threads(n);
+        }
+        let kv_cache_memory = match &self.kv_cache_memory {
+            Some(s) => Some(parse_size(s).context("--kv-cache-memory")?),
+            None => None,
+        };
+        for (name, v) in [
+            ("--block-size", self.block_size),
+            ("--max-num-batched-tokens", self.max_num_batched_tokens),
+            ("--max-num-seqs", self.max_num_seqs),
+        ] {
+            if v == 0 {
+                bail!("{name} must be at least 1");
+            }
+        }
+        if self.max_model_len == Some(0) {
+            bail!("--max-model-len must be at least 1");
+        }
+        Ok(EngineSetup {
+            scheduler: SchedulerConfig {
+                max_num_batched_tokens: self.max_num_batched_tokens,
+                max_num_seqs: self.max_num_seqs,
+                long_prefill_token_threshold: self.long_prefill_token_threshold,
+                max_waiting_requests: self.max_waiting_requests,
+                max_model_len: 0, // set from the model by build_engine
+                priority_scheduling: self.priority_scheduling,
+            },
+            kv_cache_memory,
+            block_size: self.block_size,
+            enable_prefix_caching: !self.no_prefix_caching,
+            max_model_len: self.max_model_len,
+        })
+    }
+}

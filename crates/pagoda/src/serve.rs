@@ -1,0 +1,124 @@
+//! `pagoda serve`: the OpenAI-compatible HTTP server. Binds first (so `/health` answers and
+//! `/ready` says 503 while the model loads), loads and warms the model, then serves until
+//! SIGTERM/SIGINT, when it drains: `/ready` and new requests get 503, in-flight requests get up
+//! to `--shutdown-timeout` to finish, and the process exits 0.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use pagoda_server::{AppState, ServerConfig};
+
+use crate::engine_args::EngineArgs;
+use crate::model_path;
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// GGUF model file [default: SmolLM2-135M-Instruct Q4_1 in $PAGODA_MODEL_DIR]
+    #[arg(long, env = "PAGODA_MODEL")]
+    model: Option<PathBuf>,
+    /// Address to listen on.
+    #[arg(long, env = "PAGODA_HOST", default_value = "127.0.0.1")]
+    host: String,
+    /// Port to listen on.
+    #[arg(long, env = "PAGODA_PORT", default_value_t = 8000)]
+    port: u16,
+    /// The model id clients send in `model` [default: the model file's name without .gguf].
+    #[arg(long, env = "PAGODA_SERVED_MODEL_NAME")]
+    served_model_name: Option<String>,
+    /// Require `Authorization: Bearer <KEY>` on the API routes; the prefix-cache salt is then
+    /// derived from the key.
+    #[arg(long, env = "PAGODA_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
+    /// Largest request body in bytes; larger ones get 413.
+    #[arg(long, env = "PAGODA_MAX_REQUEST_BYTES", default_value_t = 8 * 1024 * 1024)]
+    max_request_bytes: usize,
+    /// Seconds in-flight requests get to finish after SIGTERM/SIGINT.
+    #[arg(long, env = "PAGODA_SHUTDOWN_TIMEOUT", default_value_t = 30.0)]
+    shutdown_timeout: f64,
+    #[command(flatten)]
+    engine: EngineArgs,
+}
+
+pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let setup = args.engine.resolve()?;
+    let path = model_path::resolve(args.model.clone())?;
+    if !(args.shutdown_timeout.is_finite() && args.shutdown_timeout >= 0.0) {
+        anyhow::bail!("--shutdown-timeout must be a number of seconds >= 0");
+    }
+    let served_model_name = match args.served_model_name {
+        Some(n) => n,
+        None => path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "pagoda".to_owned()),
+    };
+    let config = ServerConfig {
+        served_model_name,
+        api_key: args.api_key.filter(|k| !k.is_empty()),
+        max_request_bytes: args.max_request_bytes,
+        shutdown_timeout: Duration::from_secs_f64(args.shutdown_timeout),
+        ..ServerConfig::default()
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("pagoda-http")
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async move {
+        let addr = format!("{}:{}", args.host, args.port);
+        let listener = tokio::net::TcpListener::bind(&addr)
+            .await
+            .with_context(|| format!("cannot listen on {addr}"))?;
+        let state = AppState::new(config);
+        let server = tokio::spawn(pagoda_server::serve(
+            listener,
+            state.clone(),
+            shutdown_signal(),
+        ));
+        eprintln!(
+            "pagoda: listening on http://{addr}, loading {}",
+            path.display()
+        );
+        let loading = state.clone();
+        let load_path = path.clone();
+        tokio::task::spawn_blocking(move || loading.load_model(&load_path, &setup))
+            .await
+            .context("model loading panicked")?
+            .with_context(|| format!("cannot load model {}", path.display()))?;
+        eprintln!(
+            "pagoda: ready, serving model `{}`",
+            state.config().served_model_name
+        );
+        server
+            .await
+            .context("the server task failed")?
+            .context("the server failed")?;
+        eprintln!("pagoda: drained, exiting");
+        anyhow::Ok(())
+    })
+}
+
+/// Resolves on the first SIGINT (Ctrl-C) or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+    eprintln!("pagoda: shutting down, draining in-flight requests");
+}

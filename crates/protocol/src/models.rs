@@ -1,0 +1,59 @@
+//! `/v1/models`: the model list and one model card.
+
+use serde::{Deserialize, Serialize};
+
+/// Body of `GET /v1/models` (`object: "list"`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelList {
+    /// Always `"list"`.
+    pub object: String,
+    /// The served models.
+    pub data: Vec<ModelCard>,
+}
+
+impl ModelList {
+    /// A list with `object: "list"`.
+    pub fn new(data: Vec<ModelCard>) -> Self {
+        Self {
+            object: "list".to_owned(),
+            data,
+        }
+    }
+}
+
+/// One served model (`object: "model"`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelCard {
+    /// Model id used in requests.
+    pub id: String,
+    /// Always `"model"`.
+    pub object: String,
+    /// Unix seconds.
+    pub created: u64,
+    /// Owner, e.g. `"pagoda"`.
+    pub owned_by: String,
+    /// vLLM: the model the id refers to (path or repo).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<String>,
+    /// vLLM: parent model of an adapter.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    /// vLLM: context length the server accepts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_model_len: Option<u32>,
+}
+
+impl ModelCard {
+    /// A card with `object: "model"` and no vLLM extras.
+    pub fn new(id: impl Into<String>, created: u64, owned_by: impl Into<String>) -> Self {
+        Self {
+            id: id.into(),
+            object: "model".to_owned(),
+            created,
+            owned_by: owned_by.into(),
+            root: None,
+            parent: None,
+            max_model_len: None,
+        }
+    }
+}

@@ -1,0 +1,71 @@
+//! vLLM's `/tokenize` and `/detokenize` bodies. `/tokenize` takes either a `prompt` (completions
+//! style) or `messages` (chat style, rendered through the chat template).
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::chat::ChatMessage;
+
+/// Body of `POST /tokenize`: exactly one of `prompt` and `messages`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TokenizeRequest {
+    /// Model id (optional with one model).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Text to tokenize.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
+    /// A conversation to render with the chat template, then tokenize.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub messages: Option<Vec<ChatMessage>>,
+    /// Add BOS and other special tokens (vLLM default: true for `prompt`, false for `messages`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub add_special_tokens: Option<bool>,
+    /// With `messages`: end with the assistant header (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub add_generation_prompt: Option<bool>,
+    /// With `messages`: continue the final message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continue_final_message: Option<bool>,
+    /// Also return each token's text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub return_token_strs: Option<bool>,
+    /// Keys not listed above, kept so the server can name them in its 400.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// Answer of `/tokenize`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenizeResponse {
+    /// Number of tokens.
+    pub count: u32,
+    /// Context length of the model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_model_len: Option<u32>,
+    /// The token ids.
+    pub tokens: Vec<u32>,
+    /// Each token's text, when `return_token_strs` was set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_strs: Option<Vec<String>>,
+}
+
+/// Body of `POST /detokenize`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DetokenizeRequest {
+    /// Model id (optional with one model).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Token ids to turn back into text.
+    pub tokens: Vec<u32>,
+    /// Keys not listed above, kept so the server can name them in its 400.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// Answer of `/detokenize`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DetokenizeResponse {
+    /// The decoded text.
+    pub prompt: String,
+}

@@ -1,0 +1,32 @@
+//! `ServerConfig`: the HTTP-side settings (model name, API key, body limit, drain timeout),
+//! resolved values only; the command line that fills it lives in the `pagoda` binary.
+
+use std::time::Duration;
+
+/// Settings of the HTTP layer. The engine's own knobs are in `pagoda_model::EngineSetup`.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// The id clients put in `model` and `/v1/models` lists.
+    pub served_model_name: String,
+    /// When set, every `/v1/*`, `/tokenize` and `/detokenize` request needs
+    /// `Authorization: Bearer <key>`; the prefix-cache salt is then derived from the key.
+    pub api_key: Option<String>,
+    /// Bodies over this many bytes are answered 413.
+    pub max_request_bytes: usize,
+    /// On shutdown, in-flight requests get this long to finish before they are cut off.
+    pub shutdown_timeout: Duration,
+    /// Outputs buffered per request before a reader that fell behind is cut off.
+    pub output_buffer: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            served_model_name: "pagoda".to_owned(),
+            api_key: None,
+            max_request_bytes: 8 * 1024 * 1024,
+            shutdown_timeout: Duration::from_secs(30),
+            output_buffer: 1024,
+        }
+    }
+}

@@ -1,0 +1,115 @@
+//! `ApiError`: every way a request can fail, as an HTTP status plus the OpenAI error body
+//! `{"error": {"message", "type", "param", "code"}}`. Handlers return it; axum renders it.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use pagoda_protocol::ErrorResponse;
+
+/// A failed request: the status to answer with and the OpenAI-shaped body.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{status}: {body}")]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub body: ErrorResponse,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, body: ErrorResponse) -> Self {
+        Self { status, body }
+    }
+
+    /// 400 naming the field at fault (`param`).
+    pub fn invalid(param: &str, message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            ErrorResponse::invalid_request(message, Some(param)),
+        )
+    }
+
+    /// 400 for a body that is not the JSON we expect (no single field to name).
+    pub fn malformed(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            ErrorResponse::invalid_request(message, None),
+        )
+    }
+
+    /// 400 for a key the endpoint does not know.
+    pub fn unknown_field(name: &str) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            ErrorResponse::unknown_parameter(name),
+        )
+    }
+
+    /// 400 for a known parameter pagoda does not implement (yet).
+    pub fn unsupported(name: &str, why: &str) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            ErrorResponse::unsupported_parameter(name, why),
+        )
+    }
+
+    /// 404: the request names a model this server does not serve.
+    pub fn model_not_found(model: &str) -> Self {
+        Self::new(StatusCode::NOT_FOUND, ErrorResponse::model_not_found(model))
+    }
+
+    /// 404 for a path with no route.
+    pub fn no_route(path: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            ErrorResponse::not_found(format!("no route for {path}")),
+        )
+    }
+
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            ErrorResponse::authentication(message),
+        )
+    }
+
+    /// 413: the body is over `--max-request-bytes`.
+    pub fn too_large(limit: usize) -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorResponse::new(
+                "invalid_request_error",
+                format!("the request body is larger than the limit of {limit} bytes"),
+                None,
+                Some("request_too_large"),
+            ),
+        )
+    }
+
+    /// 429: the engine's waiting queue is full.
+    pub fn overloaded(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            ErrorResponse::overloaded(message),
+        )
+    }
+
+    /// 503: the model is still loading, or the server is draining before exit.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            ErrorResponse::new("service_unavailable", message, None, None),
+        )
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorResponse::server_error(message),
+        )
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, Json(self.body)).into_response()
+    }
+}

@@ -1,0 +1,110 @@
+//! pagoda-server: the OpenAI-compatible HTTP server. `app` builds the axum router over an
+//! `AppState`; `serve` runs it on a listener until a shutdown signal, then drains: `/ready`
+//! and new requests answer 503 while in-flight requests finish (up to the configured timeout).
+//!
+//! Tests and tools start it in-process: bind `127.0.0.1:0`, [`load`] the model, spawn
+//! [`serve`] on the listener; no sleeps, the port is known before the server starts.
+
+mod auth;
+mod body;
+mod chat_prompt;
+pub mod config;
+pub mod error;
+mod generation;
+mod logprobs;
+pub mod metrics;
+mod routes;
+pub mod state;
+mod stream;
+mod validate;
+
+use std::future::Future;
+use std::path::Path;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::extract::Request;
+use axum::middleware;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use pagoda_model::EngineSetup;
+
+pub use config::ServerConfig;
+pub use error::ApiError;
+pub use state::{AppState, LoadError};
+
+/// The router: generation and tokenizer routes behind the API key (when set), health and
+/// metrics open, OpenAI-shaped 404 for anything else.
+pub fn app(state: AppState) -> Router {
+    let limit = state.config().max_request_bytes;
+    let api = Router::new()
+        .route("/v1/completions", post(routes::completions::completions))
+        .route("/v1/chat/completions", post(routes::chat::chat_completions))
+        .route("/v1/models", get(routes::models::models))
+        .route("/tokenize", post(routes::tokenize::tokenize))
+        .route("/detokenize", post(routes::tokenize::detokenize))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_key,
+        ));
+    Router::new()
+        .merge(api)
+        .route("/health", get(routes::health::health))
+        .route("/ready", get(routes::health::ready))
+        .route("/version", get(routes::health::version))
+        .route("/metrics", get(routes::metrics::metrics))
+        .fallback(no_route)
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(state)
+}
+
+async fn no_route(req: Request) -> Response {
+    ApiError::no_route(req.uri().path()).into_response()
+}
+
+/// Loads the model (blocking: call from a plain thread or `spawn_blocking`) into a new state.
+pub fn load(
+    model: &Path,
+    setup: &EngineSetup,
+    config: ServerConfig,
+) -> Result<AppState, LoadError> {
+    let state = AppState::new(config);
+    state.load_model(model, setup)?;
+    Ok(state)
+}
+
+/// Serves `state` on `listener` until `shutdown` resolves, then drains: new requests get 503
+/// while in-flight ones finish, for up to `config.shutdown_timeout`; requests still running
+/// then are cut off (their streams end with an error event) and the function returns.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let router = app(state.clone());
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let drain_state = state.clone();
+    tokio::spawn(async move {
+        shutdown.await;
+        drain_state.begin_drain();
+        let timeout = drain_state.config().shutdown_timeout;
+        if !drain_state.wait_idle(timeout).await {
+            tracing::warn!(
+                in_flight = drain_state.in_flight(),
+                "shutdown timeout reached; cutting off requests still running"
+            );
+            let s = drain_state.clone();
+            let _ = tokio::task::spawn_blocking(move || s.shutdown_engine()).await;
+        }
+        let _ = stop_tx.send(());
+    });
+    // Small SSE writes must not wait for delayed ACKs (Nagle): ~40 ms on every first token.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async move {
+            let _ = stop_rx.await;
+        })
+        .await
+}

@@ -1,0 +1,387 @@
+//! `POST /v1/chat/completions`: messages through the chat template -> choices; JSON, or SSE
+//! chunks in OpenAI's order (role first, content deltas, a finish chunk per choice, the usage
+//! chunk when asked, `[DONE]`).
+
+use axum::Json;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use futures_util::stream;
+use pagoda_protocol::{
+    ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest,
+    ChatCompletionResponse, ChatDelta, ChatLogprobs, ChatMessage, MessageContent, Role, Usage,
+};
+
+use crate::body::JsonBody;
+use crate::chat_prompt::{chat_prompt, content_text};
+use crate::error::ApiError;
+use crate::generation::{ChoiceUpdate, Generation};
+use crate::logprobs;
+use crate::routes::{now_secs, random_id, run_blocking};
+use crate::state::{AppState, InFlight};
+use crate::stream as sse;
+use crate::validate::{self, GenRequest, SamplingFields};
+
+struct Prepared {
+    request: GenRequest,
+    logprobs: bool,
+    /// With `echo`: the final assistant message's text, put before the output.
+    echo_text: Option<String>,
+}
+
+pub async fn chat_completions(
+    State(state): State<AppState>,
+    JsonBody(req): JsonBody<ChatCompletionRequest>,
+) -> Response {
+    match run(state.clone(), req).await {
+        Ok(r) => r,
+        Err(e) => super::rejected(&state, e),
+    }
+}
+
+async fn run(state: AppState, req: ChatCompletionRequest) -> Result<Response, ApiError> {
+    let guard = state.admit()?;
+    let st = state.clone();
+    let prepared = run_blocking(move || prepare(&st, req)).await?;
+    let loaded = state.loaded()?;
+    let generation = Generation::start(&state, loaded, &prepared.request)?;
+    let fmt = Formatter {
+        state: state.clone(),
+        id: random_id("chatcmpl"),
+        created: now_secs(),
+        model: state.config().served_model_name.clone(),
+        logprobs: prepared.logprobs,
+        echo_text: prepared.echo_text.clone(),
+        echoed: vec![false; generation.num_choices()],
+    };
+    if prepared.request.stream {
+        Ok(sse::sse_response(events(
+            generation,
+            fmt,
+            prepared.request.include_usage,
+            guard,
+        )))
+    } else {
+        collect(generation, fmt)
+            .await
+            .map(|r| Json(r).into_response())
+    }
+}
+
+fn prepare(state: &AppState, req: ChatCompletionRequest) -> Result<Prepared, ApiError> {
+    validate::reject_unknown(&req.extra)?;
+    validate::check_model(state, &req.model)?;
+    let loaded = state.loaded()?;
+    let later = "not supported yet";
+    validate::refuse("tools", &req.tools, later)?;
+    if req
+        .tool_choice
+        .as_ref()
+        .is_some_and(|c| c.as_str() != Some("none"))
+    {
+        return Err(ApiError::unsupported("tool_choice", later));
+    }
+    validate::refuse("functions", &req.functions, later)?;
+    validate::refuse("function_call", &req.function_call, later)?;
+    validate::refuse("structured_outputs", &req.structured_outputs, later)?;
+    if req
+        .response_format
+        .as_ref()
+        .is_some_and(|f| f.get("type").and_then(|t| t.as_str()) != Some("text"))
+    {
+        return Err(ApiError::unsupported("response_format", later));
+    }
+    if req.store == Some(true) {
+        return Err(ApiError::unsupported(
+            "store",
+            "pagoda does not store completions",
+        ));
+    }
+    if req
+        .service_tier
+        .as_deref()
+        .is_some_and(|t| t != "auto" && t != "default")
+    {
+        return Err(ApiError::unsupported(
+            "service_tier",
+            "only \"auto\" and \"default\"",
+        ));
+    }
+    validate::refuse(
+        "reasoning_effort",
+        &req.reasoning_effort,
+        "not a reasoning model",
+    )?;
+    if req
+        .modalities
+        .as_ref()
+        .is_some_and(|m| m.iter().any(|x| x != "text"))
+    {
+        return Err(ApiError::unsupported("modalities", "only text output"));
+    }
+    validate::refuse("audio", &req.audio, "only text output")?;
+    validate::refuse("prediction", &req.prediction, later)?;
+    validate::refuse(
+        "web_search_options",
+        &req.web_search_options,
+        "no web search",
+    )?;
+    validate::refuse("prompt_logprobs", &req.prompt_logprobs, later)?;
+    validate::refuse("continue_final_message", &req.continue_final_message, later)?;
+    validate::refuse("chat_template", &req.chat_template, later)?;
+    if req
+        .chat_template_kwargs
+        .as_ref()
+        .is_some_and(|k| !k.is_empty())
+    {
+        return Err(ApiError::unsupported("chat_template_kwargs", later));
+    }
+    validate::refuse(
+        "spaces_between_special_tokens",
+        &req.spaces_between_special_tokens,
+        "not supported",
+    )?;
+    let logprobs = req.logprobs.unwrap_or(false);
+    let top = match (logprobs, req.top_logprobs) {
+        (false, Some(_)) => {
+            return Err(ApiError::invalid(
+                "top_logprobs",
+                "`top_logprobs` needs `logprobs: true`",
+            ));
+        }
+        (true, t) => Some(t.unwrap_or(0)),
+        (false, None) => None,
+    };
+    let prompt = chat_prompt(
+        loaded,
+        &req.messages,
+        req.add_generation_prompt.unwrap_or(true),
+        req.add_special_tokens,
+    )?;
+    let echo_text = match (req.echo.unwrap_or(false), req.messages.last()) {
+        (true, Some(m)) if m.role == Role::Assistant => match &m.content {
+            Some(c) => Some(content_text(req.messages.len() - 1, c)?),
+            None => None,
+        },
+        _ => None,
+    };
+    let (max_tokens, field) = match (req.max_completion_tokens, req.max_tokens) {
+        (Some(m), _) => (Some(m), "max_completion_tokens"),
+        (None, m) => (m, "max_tokens"),
+    };
+    let fields = SamplingFields {
+        chat: true,
+        max_tokens,
+        max_tokens_field: field,
+        logprobs: top,
+        temperature: req.temperature,
+        top_p: req.top_p,
+        top_k: req.top_k,
+        min_p: req.min_p,
+        seed: req.seed,
+        presence_penalty: req.presence_penalty,
+        frequency_penalty: req.frequency_penalty,
+        repetition_penalty: req.repetition_penalty,
+        logit_bias: req.logit_bias.as_ref(),
+        stop_token_ids: req.stop_token_ids.as_ref(),
+        ignore_eos: req.ignore_eos,
+        min_tokens: req.min_tokens,
+        n: req.n,
+        stop: req.stop.as_ref(),
+        priority: req.priority,
+        cache_salt: req.cache_salt.as_ref(),
+        skip_special_tokens: req.skip_special_tokens,
+        include_stop_str_in_output: req.include_stop_str_in_output,
+        stream: req.stream,
+        include_usage: req.stream_options.as_ref().and_then(|o| o.include_usage),
+        continuous_usage_stats: req
+            .stream_options
+            .as_ref()
+            .and_then(|o| o.continuous_usage_stats),
+    };
+    let request = validate::build(state, loaded, &fields, vec![prompt])?;
+    Ok(Prepared {
+        request,
+        logprobs,
+        echo_text,
+    })
+}
+
+struct Formatter {
+    state: AppState,
+    id: String,
+    created: u64,
+    model: String,
+    logprobs: bool,
+    echo_text: Option<String>,
+    echoed: Vec<bool>,
+}
+
+impl Formatter {
+    /// The update's text (echo first) and logprobs.
+    fn parts(&mut self, u: &ChoiceUpdate) -> (String, Option<ChatLogprobs>) {
+        let mut text = String::new();
+        let i = u.index as usize;
+        if let Some(e) = &self.echo_text
+            && !self.echoed[i]
+        {
+            self.echoed[i] = true;
+            text.push_str(e);
+        }
+        text.push_str(&u.text);
+        let lp = match (self.logprobs, self.state.loaded()) {
+            (true, Ok(l)) => Some(logprobs::chat(&l.tokenizer, &u.logprobs)),
+            _ => None,
+        };
+        (text, lp)
+    }
+
+    fn chunk(&self, choices: Vec<ChatChunkChoice>, usage: Option<Usage>) -> ChatCompletionChunk {
+        ChatCompletionChunk {
+            id: self.id.clone(),
+            object: ChatCompletionChunk::OBJECT.to_owned(),
+            created: self.created,
+            model: self.model.clone(),
+            choices,
+            usage,
+            system_fingerprint: None,
+            service_tier: None,
+        }
+    }
+
+    /// The SSE events of one update: a content chunk if it adds text, a finish chunk if it ends.
+    fn events(&mut self, u: ChoiceUpdate) -> String {
+        let (text, lp) = self.parts(&u);
+        let mut out = String::new();
+        if !text.is_empty()
+            || lp
+                .as_ref()
+                .is_some_and(|l| l.content.as_ref().is_some_and(|c| !c.is_empty()))
+        {
+            let delta = ChatDelta {
+                content: Some(text),
+                ..Default::default()
+            };
+            let choice = chunk_choice(u.index, delta, lp, None);
+            out.push_str(&sse::data(&self.chunk(vec![choice], None)));
+        }
+        if let Some(f) = u.finish {
+            let mut choice = chunk_choice(u.index, ChatDelta::default(), None, Some(f.reason));
+            choice.stop_reason = f.stop_reason;
+            out.push_str(&sse::data(&self.chunk(vec![choice], None)));
+        }
+        out
+    }
+}
+
+fn chunk_choice(
+    index: u32,
+    delta: ChatDelta,
+    logprobs: Option<ChatLogprobs>,
+    finish_reason: Option<pagoda_protocol::FinishReason>,
+) -> ChatChunkChoice {
+    ChatChunkChoice {
+        index,
+        delta,
+        logprobs,
+        finish_reason,
+        stop_reason: None,
+    }
+}
+
+async fn collect(
+    mut generation: Generation,
+    mut fmt: Formatter,
+) -> Result<ChatCompletionResponse, ApiError> {
+    let mut choices: Vec<ChatChoice> = (0..generation.num_choices() as u32)
+        .map(|index| ChatChoice {
+            index,
+            message: ChatMessage::new(Role::Assistant, ""),
+            logprobs: fmt.logprobs.then(|| ChatLogprobs {
+                content: Some(Vec::new()),
+            }),
+            finish_reason: None,
+            stop_reason: None,
+        })
+        .collect();
+    while let Some(item) = generation.next().await {
+        let u = item?;
+        let (text, lp) = fmt.parts(&u);
+        let c = &mut choices[u.index as usize];
+        if let Some(MessageContent::Text(t)) = c.message.content.as_mut() {
+            t.push_str(&text);
+        }
+        if let (Some(all), Some(new)) = (
+            c.logprobs.as_mut().and_then(|l| l.content.as_mut()),
+            lp.and_then(|l| l.content),
+        ) {
+            all.extend(new);
+        }
+        if let Some(f) = u.finish {
+            c.finish_reason = Some(f.reason);
+            c.stop_reason = f.stop_reason;
+        }
+    }
+    Ok(ChatCompletionResponse {
+        id: fmt.id.clone(),
+        object: "chat.completion".to_owned(),
+        created: fmt.created,
+        model: fmt.model.clone(),
+        choices,
+        usage: Some(generation.usage()),
+        system_fingerprint: None,
+        service_tier: None,
+    })
+}
+
+fn events(
+    generation: Generation,
+    fmt: Formatter,
+    include_usage: bool,
+    guard: InFlight,
+) -> impl futures_util::Stream<Item = String> + Send + 'static {
+    // Step 0 sends the role chunks; then one step per update; the last step sends the usage
+    // chunk and [DONE]; after an error event the stream ends.
+    stream::unfold(
+        (generation, fmt, 0u8, guard),
+        move |(mut generation, mut fmt, phase, guard)| async move {
+            match phase {
+                0 => {
+                    let mut out = String::new();
+                    for index in 0..generation.num_choices() as u32 {
+                        let delta = ChatDelta {
+                            role: Some(Role::Assistant),
+                            content: Some(String::new()),
+                            ..Default::default()
+                        };
+                        out.push_str(&sse::data(
+                            &fmt.chunk(vec![chunk_choice(index, delta, None, None)], None),
+                        ));
+                    }
+                    Some((out, (generation, fmt, 1, guard)))
+                }
+                1 => loop {
+                    match generation.next().await {
+                        Some(Ok(u)) => {
+                            let out = fmt.events(u);
+                            if !out.is_empty() {
+                                return Some((out, (generation, fmt, 1, guard)));
+                            }
+                        }
+                        Some(Err(e)) => return Some((sse::error(&e), (generation, fmt, 2, guard))),
+                        None => {
+                            let mut out = String::new();
+                            if include_usage {
+                                out.push_str(&sse::data(
+                                    &fmt.chunk(Vec::new(), Some(generation.usage())),
+                                ));
+                            }
+                            out.push_str(&sse::done());
+                            return Some((out, (generation, fmt, 2, guard)));
+                        }
+                    }
+                },
+                _ => None,
+            }
+        },
+    )
+}

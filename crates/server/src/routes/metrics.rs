@@ -1,0 +1,18 @@
+//! `GET /metrics`: the Prometheus text exposition.
+
+use axum::extract::State;
+use axum::http::header::CONTENT_TYPE;
+use axum::response::IntoResponse;
+
+use crate::state::AppState;
+
+pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    let stats = state.loaded().ok().map(|l| l.engine.stats());
+    let text = state
+        .metrics()
+        .render(stats.as_ref(), &state.config().served_model_name);
+    (
+        [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        text,
+    )
+}

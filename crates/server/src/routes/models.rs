@@ -1,0 +1,17 @@
+//! `GET /v1/models`: the one served model.
+
+use axum::Json;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use pagoda_protocol::{ModelCard, ModelList};
+
+use crate::state::AppState;
+
+pub async fn models(State(state): State<AppState>) -> Response {
+    let mut card = ModelCard::new(&state.config().served_model_name, state.created(), "pagoda");
+    if let Ok(l) = state.loaded() {
+        card.root = Some(l.model_path.clone());
+        card.max_model_len = Some(l.max_model_len as u32);
+    }
+    Json(ModelList::new(vec![card])).into_response()
+}

@@ -1,0 +1,111 @@
+//! vLLM's `POST /tokenize` (a `prompt`, or `messages` through the chat template, exactly as
+//! the generation endpoints tokenize them) and `POST /detokenize`.
+
+use axum::Json;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use pagoda_protocol::{DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse};
+
+use crate::body::JsonBody;
+use crate::chat_prompt::chat_prompt;
+use crate::error::ApiError;
+use crate::generation::token_text;
+use crate::routes::run_blocking;
+use crate::state::AppState;
+use crate::validate;
+
+pub async fn tokenize(
+    State(state): State<AppState>,
+    JsonBody(req): JsonBody<TokenizeRequest>,
+) -> Response {
+    let st = state.clone();
+    match run_blocking(move || tokenize_blocking(&st, req)).await {
+        Ok(r) => Json(r).into_response(),
+        Err(e) => super::rejected(&state, e),
+    }
+}
+
+fn tokenize_blocking(state: &AppState, req: TokenizeRequest) -> Result<TokenizeResponse, ApiError> {
+    validate::reject_unknown(&req.extra)?;
+    if let Some(m) = &req.model {
+        validate::check_model(state, m)?;
+    }
+    let loaded = state.loaded()?;
+    let tokens = match (&req.prompt, &req.messages) {
+        (Some(p), None) => {
+            if req.add_generation_prompt.is_some() || req.continue_final_message.is_some() {
+                return Err(ApiError::invalid(
+                    "add_generation_prompt",
+                    "`add_generation_prompt` goes with `messages`, not `prompt`",
+                ));
+            }
+            loaded
+                .tokenizer
+                .encode(p, req.add_special_tokens.unwrap_or(true), true)
+        }
+        (None, Some(msgs)) => {
+            validate::refuse(
+                "continue_final_message",
+                &req.continue_final_message,
+                "not supported yet",
+            )?;
+            chat_prompt(
+                loaded,
+                msgs,
+                req.add_generation_prompt.unwrap_or(true),
+                req.add_special_tokens,
+            )?
+        }
+        _ => {
+            return Err(ApiError::invalid(
+                "prompt",
+                "give exactly one of `prompt` and `messages`",
+            ));
+        }
+    };
+    let token_strs = req.return_token_strs.unwrap_or(false).then(|| {
+        tokens
+            .iter()
+            .map(|&t| token_text(&loaded.tokenizer, t).0)
+            .collect()
+    });
+    Ok(TokenizeResponse {
+        count: tokens.len() as u32,
+        max_model_len: Some(loaded.max_model_len as u32),
+        tokens,
+        token_strs,
+    })
+}
+
+pub async fn detokenize(
+    State(state): State<AppState>,
+    JsonBody(req): JsonBody<DetokenizeRequest>,
+) -> Response {
+    let result = (|| {
+        validate::reject_unknown(&req.extra)?;
+        if let Some(m) = &req.model {
+            validate::check_model(&state, m)?;
+        }
+        let loaded = state.loaded()?;
+        if let Some(&bad) = req
+            .tokens
+            .iter()
+            .find(|&&t| t as usize >= loaded.vocab_size)
+        {
+            return Err(ApiError::invalid(
+                "tokens",
+                format!(
+                    "token id {bad} is outside the vocabulary of {} tokens",
+                    loaded.vocab_size
+                ),
+            ));
+        }
+        Ok(DetokenizeResponse {
+            prompt: loaded.tokenizer.decode(&req.tokens, false),
+        })
+    })();
+    match result {
+        Ok(r) => Json(r).into_response(),
+        Err(e) => super::rejected(&state, e),
+    }
+}

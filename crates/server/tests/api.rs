@@ -1,0 +1,463 @@
+//! The request surface against one shared real server: streamed == non-streamed, exact usage,
+//! finish reasons, logprobs, n, echo, and every 4xx of the error surface with its shape.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::sync::OnceLock;
+
+use common::{MODEL, TestServer, chunks, client, error_of, post, post_stream};
+use serde_json::{Value, json};
+
+fn server() -> &'static TestServer {
+    static S: OnceLock<TestServer> = OnceLock::new();
+    S.get_or_init(|| TestServer::start(common::small_setup(), common::config()))
+}
+
+fn completion_text(events: &[String]) -> (String, Option<String>) {
+    let mut text = String::new();
+    let mut finish = None;
+    for c in chunks(events) {
+        for ch in c["choices"].as_array().unwrap() {
+            text.push_str(ch["text"].as_str().unwrap());
+            if let Some(f) = ch["finish_reason"].as_str() {
+                finish = Some(f.to_owned());
+            }
+        }
+    }
+    (text, finish)
+}
+
+#[tokio::test]
+async fn streamed_completion_equals_non_streamed() {
+    let s = server();
+    let c = client();
+    let body = json!({"model": MODEL, "prompt": "The capital of France is", "max_tokens": 12, "temperature": 0});
+    let (st, full) = post(&c, &s.url("/v1/completions"), &body).await;
+    assert_eq!(st, 200, "{full}");
+    let mut sbody = body.clone();
+    sbody["stream"] = json!(true);
+    let (st, events) = post_stream(&c, &s.url("/v1/completions"), &sbody).await;
+    assert_eq!(st, 200);
+    let (text, finish) = completion_text(&events);
+    assert_eq!(text, full["choices"][0]["text"].as_str().unwrap());
+    assert_eq!(
+        finish.as_deref(),
+        full["choices"][0]["finish_reason"].as_str()
+    );
+    assert!(!text.is_empty());
+}
+
+#[tokio::test]
+async fn streamed_chat_equals_non_streamed_and_follows_the_chunk_format() {
+    let s = server();
+    let c = client();
+    let body = json!({"model": MODEL, "messages": [{"role": "user", "content": "Name three colors."}],
+        "max_tokens": 16, "temperature": 0});
+    let (st, full) = post(&c, &s.url("/v1/chat/completions"), &body).await;
+    assert_eq!(st, 200, "{full}");
+    assert_eq!(full["object"], "chat.completion");
+    assert!(full["id"].as_str().unwrap().starts_with("chatcmpl-"));
+    assert!(full["created"].as_u64().unwrap() > 0);
+    assert_eq!(full["model"], MODEL);
+    let mut sbody = body.clone();
+    sbody["stream"] = json!(true);
+    sbody["stream_options"] = json!({"include_usage": true});
+    let (_, events) = post_stream(&c, &s.url("/v1/chat/completions"), &sbody).await;
+    let cs = chunks(&events);
+    // Role first, then content deltas, then one chunk with finish_reason, then usage.
+    assert_eq!(cs[0]["choices"][0]["delta"]["role"], "assistant");
+    let last = cs.last().unwrap();
+    assert_eq!(last["choices"].as_array().unwrap().len(), 0);
+    for k in ["prompt_tokens", "completion_tokens", "total_tokens"] {
+        assert_eq!(last["usage"][k], full["usage"][k], "{k}");
+    }
+    // The second request reuses the first one's full prompt blocks.
+    assert!(
+        last["usage"]["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    let fin = &cs[cs.len() - 2];
+    assert_eq!(
+        fin["choices"][0]["finish_reason"],
+        full["choices"][0]["finish_reason"]
+    );
+    let text: String = cs
+        .iter()
+        .filter_map(|c| {
+            c["choices"].get(0)?["delta"]["content"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .collect();
+    assert_eq!(
+        text,
+        full["choices"][0]["message"]["content"].as_str().unwrap()
+    );
+    assert!(
+        cs.iter()
+            .all(|c| c["object"] == "chat.completion.chunk" && c["id"] == cs[0]["id"])
+    );
+}
+
+#[tokio::test]
+async fn usage_counts_are_exact() {
+    let s = server();
+    let c = client();
+    let prompt = "Counting tokens exactly matters because";
+    let (_, tok) = post(&c, &s.url("/tokenize"), &json!({"prompt": prompt})).await;
+    let n_prompt = tok["count"].as_u64().unwrap();
+    assert_eq!(n_prompt as usize, tok["tokens"].as_array().unwrap().len());
+    let body = json!({"model": MODEL, "prompt": prompt, "max_tokens": 7, "temperature": 0, "ignore_eos": true});
+    let (st, r) = post(&c, &s.url("/v1/completions"), &body).await;
+    assert_eq!(st, 200, "{r}");
+    assert_eq!(r["usage"]["prompt_tokens"], n_prompt);
+    assert_eq!(r["usage"]["completion_tokens"], 7);
+    assert_eq!(r["usage"]["total_tokens"], n_prompt + 7);
+    assert_eq!(r["choices"][0]["finish_reason"], "length");
+    // Token-id prompts count their ids; two prompts with n=2 give 4 choices, prompt-major.
+    let ids = tok["tokens"].clone();
+    let body = json!({"model": MODEL, "prompt": [ids, [1, 2, 3]], "n": 2, "max_tokens": 3,
+        "ignore_eos": true, "temperature": 0.8, "seed": 5});
+    let (st, r) = post(&c, &s.url("/v1/completions"), &body).await;
+    assert_eq!(st, 200, "{r}");
+    assert_eq!(r["usage"]["prompt_tokens"], n_prompt + 3);
+    assert_eq!(r["usage"]["completion_tokens"], 12);
+    let idx: Vec<u64> = r["choices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["index"].as_u64().unwrap())
+        .collect();
+    assert_eq!(idx, [0, 1, 2, 3]);
+    // Chat: the prompt count is the templated conversation's, as /tokenize renders it.
+    let msgs = json!([{"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "Hi"}, {"type": "text", "text": "there"}]}]);
+    let (_, tok) = post(&c, &s.url("/tokenize"), &json!({"messages": msgs})).await;
+    let body =
+        json!({"model": MODEL, "messages": msgs, "max_completion_tokens": 4, "ignore_eos": true});
+    let (st, r) = post(&c, &s.url("/v1/chat/completions"), &body).await;
+    assert_eq!(st, 200, "{r}");
+    assert_eq!(r["usage"]["prompt_tokens"], tok["count"]);
+    assert_eq!(r["usage"]["completion_tokens"], 4);
+}
+
+#[tokio::test]
+async fn finish_reasons_for_length_stop_string_and_eos() {
+    let s = server();
+    let c = client();
+    let url = s.url("/v1/completions");
+    let base = json!({"model": MODEL, "prompt": "One, two, three, four, five,", "max_tokens": 16, "temperature": 0});
+    let (_, r) = post(&c, &url, &base).await;
+    let text = r["choices"][0]["text"].as_str().unwrap().to_owned();
+    assert_eq!(r["choices"][0]["finish_reason"], "length", "{r}");
+    // A stop string from the middle of the greedy text: output ends right before it.
+    let words: Vec<&str> = text.split_whitespace().collect();
+    assert!(words.len() >= 3, "{text:?}");
+    let stop = words[2];
+    let at = text.find(stop).unwrap();
+    let mut body = base.clone();
+    body["stop"] = json!([stop, "never-appears-xyz"]);
+    let (_, r) = post(&c, &url, &body).await;
+    assert_eq!(r["choices"][0]["finish_reason"], "stop", "{r}");
+    assert_eq!(r["choices"][0]["stop_reason"], stop);
+    assert_eq!(r["choices"][0]["text"].as_str().unwrap(), &text[..at]);
+    assert!(r["usage"]["completion_tokens"].as_u64().unwrap() < 16);
+    // The same through the stream: the stop text never reaches the client.
+    body["stream"] = json!(true);
+    let (_, events) = post_stream(&c, &url, &body).await;
+    let (streamed, finish) = completion_text(&events);
+    assert_eq!(streamed, &text[..at]);
+    assert_eq!(finish.as_deref(), Some("stop"));
+    // EOS: a chat answer that ends on its own, well before max_tokens.
+    let body = json!({"model": MODEL, "messages": [{"role": "user", "content": "Say hello."}],
+        "max_tokens": 200, "temperature": 0});
+    let (_, r) = post(&c, &s.url("/v1/chat/completions"), &body).await;
+    assert_eq!(r["choices"][0]["finish_reason"], "stop", "{r}");
+    assert!(r["choices"][0]["stop_reason"].is_null(), "{r}");
+    assert!(r["usage"]["completion_tokens"].as_u64().unwrap() < 200);
+}
+
+#[tokio::test]
+async fn logprobs_in_both_forms_and_echo() {
+    let s = server();
+    let c = client();
+    let body = json!({"model": MODEL, "prompt": "Hello world", "max_tokens": 4, "logprobs": 3,
+        "temperature": 0, "ignore_eos": true});
+    let (st, r) = post(&c, &s.url("/v1/completions"), &body).await;
+    assert_eq!(st, 200, "{r}");
+    let lp = &r["choices"][0]["logprobs"];
+    assert_eq!(lp["tokens"].as_array().unwrap().len(), 4);
+    assert_eq!(lp["token_logprobs"].as_array().unwrap().len(), 4);
+    assert_eq!(lp["text_offset"].as_array().unwrap().len(), 4);
+    for (top, l) in lp["top_logprobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(lp["token_logprobs"].as_array().unwrap())
+    {
+        let top = top.as_object().unwrap();
+        assert!(!top.is_empty() && top.len() <= 3);
+        assert!(l.as_f64().unwrap() <= 0.0);
+        // Greedy: the chosen token is the most likely one.
+        let best = top
+            .values()
+            .map(|v| v.as_f64().unwrap())
+            .fold(f64::MIN, f64::max);
+        assert!((best - l.as_f64().unwrap()).abs() < 1e-4);
+    }
+    let joined: String = lp["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert_eq!(joined, r["choices"][0]["text"].as_str().unwrap());
+    // echo + logprobs: the prompt's tokens first, the first one without a logprob.
+    let mut eb = body.clone();
+    eb["echo"] = json!(true);
+    let (st, e) = post(&c, &s.url("/v1/completions"), &eb).await;
+    assert_eq!(st, 200, "{e}");
+    let etext = e["choices"][0]["text"].as_str().unwrap();
+    assert_eq!(
+        etext,
+        format!("Hello world{}", r["choices"][0]["text"].as_str().unwrap())
+    );
+    let elp = &e["choices"][0]["logprobs"];
+    let n_prompt = e["usage"]["prompt_tokens"].as_u64().unwrap() as usize;
+    assert_eq!(elp["tokens"].as_array().unwrap().len(), n_prompt + 4);
+    assert!(elp["token_logprobs"][0].is_null());
+    assert!(elp["token_logprobs"][1].as_f64().unwrap() <= 0.0);
+    // Chat form.
+    let body = json!({"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3,
+        "logprobs": true, "top_logprobs": 2, "ignore_eos": true});
+    let (st, r) = post(&c, &s.url("/v1/chat/completions"), &body).await;
+    assert_eq!(st, 200, "{r}");
+    let content = r["choices"][0]["logprobs"]["content"].as_array().unwrap();
+    assert_eq!(content.len(), 3);
+    for t in content {
+        assert!(t["token"].is_string() && t["logprob"].as_f64().unwrap() <= 0.0);
+        assert!(t["bytes"].is_array());
+        assert_eq!(t["top_logprobs"].as_array().unwrap().len(), 2);
+    }
+}
+
+#[tokio::test]
+async fn seeded_sampling_repeats_and_n_choices_differ() {
+    let s = server();
+    let c = client();
+    let body = json!({"model": MODEL, "prompt": "Once upon a time", "max_tokens": 10, "temperature": 1.0,
+        "seed": 42, "n": 3, "ignore_eos": true});
+    let (_, a) = post(&c, &s.url("/v1/completions"), &body).await;
+    let (_, b) = post(&c, &s.url("/v1/completions"), &body).await;
+    assert_eq!(a["choices"], b["choices"]);
+    let texts: Vec<&str> = a["choices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(texts.len(), 3);
+    assert!(texts[0] != texts[1] || texts[1] != texts[2], "{texts:?}");
+}
+
+#[tokio::test]
+async fn models_tokenize_health_and_version() {
+    let s = server();
+    let c = client();
+    let m: Value = c
+        .get(s.url("/v1/models"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(m["object"], "list");
+    assert_eq!(m["data"][0]["id"], MODEL);
+    assert_eq!(m["data"][0]["max_model_len"], 1024);
+    let (_, t) = post(&c, &s.url("/tokenize"), &json!({"prompt": "Hello there"})).await;
+    let (_, d) = post(&c, &s.url("/detokenize"), &json!({"tokens": t["tokens"]})).await;
+    assert_eq!(d["prompt"], "Hello there");
+    for p in ["/health", "/ready", "/version"] {
+        assert_eq!(c.get(s.url(p)).send().await.unwrap().status(), 200, "{p}");
+    }
+    let metrics = c
+        .get(s.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for name in [
+        "pagoda:time_to_first_token_seconds_bucket",
+        "pagoda:kv_cache_usage_perc",
+        "pagoda:num_requests_running",
+        "pagoda:prompt_tokens_total",
+        "pagoda:prefix_cache_hits_total",
+        "pagoda:request_success_total",
+    ] {
+        assert!(metrics.contains(name), "{name} missing");
+    }
+}
+
+/// Sends `body` to `path` and checks the status and the `param` of the error.
+async fn expect_error(path: &str, body: Value, status: u16, param: Option<&str>) -> String {
+    let s = server();
+    let (st, r) = post(&client(), &s.url(path), &body).await;
+    assert_eq!(st, status, "{body} -> {r}");
+    let e = error_of(&r);
+    assert_eq!(e["param"].as_str(), param, "{body} -> {r}");
+    e["message"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn every_bad_field_is_a_400_naming_it() {
+    let cmpl = |extra: Value| {
+        let mut b = json!({"model": MODEL, "prompt": "hi", "max_tokens": 2});
+        for (k, v) in extra.as_object().unwrap() {
+            b[k] = v.clone();
+        }
+        b
+    };
+    let cases = [
+        (json!({"temperature": 2.5}), "temperature"),
+        (json!({"temperature": "hot"}), "temperature"),
+        (json!({"top_p": 0}), "top_p"),
+        (json!({"top_k": -2}), "top_k"),
+        (json!({"min_p": 1.5}), "min_p"),
+        (json!({"n": 0}), "n"),
+        (json!({"n": 17}), "n"),
+        (json!({"max_tokens": 0}), "max_tokens"),
+        (json!({"presence_penalty": 3}), "presence_penalty"),
+        (json!({"frequency_penalty": -3}), "frequency_penalty"),
+        (json!({"repetition_penalty": 0}), "repetition_penalty"),
+        (json!({"logit_bias": {"5": 200}}), "logit_bias"),
+        (json!({"logit_bias": {"abc": 1}}), "logit_bias"),
+        (json!({"logit_bias": {"99999999": 1}}), "logit_bias"),
+        (json!({"logprobs": 21}), "logprobs"),
+        (json!({"min_tokens": 5}), "min_tokens"),
+        (json!({"stop": ""}), "stop"),
+        (json!({"stop": 5}), "stop"),
+        (json!({"stop_token_ids": [99999999]}), "stop_token_ids"),
+        (
+            json!({"stream_options": {"include_usage": true}}),
+            "stream_options",
+        ),
+        (json!({"priority": 3}), "priority"),
+        (json!({"suffix": "x"}), "suffix"),
+        (json!({"best_of": 3}), "best_of"),
+        (json!({"prompt": ""}), "prompt"),
+        (json!({"prompt": []}), "prompt"),
+        (json!({"prompt": [999999999]}), "prompt"),
+        (json!({"prompt": {"a": 1}}), "prompt"),
+        (
+            json!({"response_format": {"type": "json_object"}}),
+            "response_format",
+        ),
+        (json!({"bogus_field": 1}), "bogus_field"),
+    ];
+    for (extra, param) in cases {
+        expect_error("/v1/completions", cmpl(extra), 400, Some(param)).await;
+    }
+    let chat = |extra: Value| {
+        let mut b = json!({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2});
+        for (k, v) in extra.as_object().unwrap() {
+            b[k] = v.clone();
+        }
+        b
+    };
+    let cases = [
+        (json!({"top_logprobs": 2}), "top_logprobs"),
+        (
+            json!({"logprobs": true, "top_logprobs": 21}),
+            "top_logprobs",
+        ),
+        (json!({"max_completion_tokens": 0}), "max_completion_tokens"),
+        (
+            json!({"tools": [{"type": "function", "function": {"name": "f"}}]}),
+            "tools",
+        ),
+        (json!({"tool_choice": "auto"}), "tool_choice"),
+        (
+            json!({"structured_outputs": {"json": {}}}),
+            "structured_outputs",
+        ),
+        (json!({"messages": []}), "messages"),
+        (
+            json!({"messages": [{"role": "wizard", "content": "x"}]}),
+            "messages",
+        ),
+        (
+            json!({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}),
+            "messages[0].content[0].type",
+        ),
+        (
+            json!({"messages": [{"role": "user"}]}),
+            "messages[0].content",
+        ),
+        (
+            json!({"messages": [{"role": "user", "content": "x", "mood": "happy"}]}),
+            "messages[0].mood",
+        ),
+        (
+            json!({"messages": [{"role": "tool", "content": "42"}]}),
+            "messages[0].tool_call_id",
+        ),
+        (json!({"unknown_knob": true}), "unknown_knob"),
+    ];
+    for (extra, param) in cases {
+        expect_error("/v1/chat/completions", chat(extra), 400, Some(param)).await;
+    }
+}
+
+#[tokio::test]
+async fn malformed_json_unknown_model_unknown_route_and_context_overflow() {
+    let s = server();
+    let c = client();
+    let res = c
+        .post(s.url("/v1/completions"))
+        .header("content-type", "application/json")
+        .body("{\"model\": ")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 400);
+    error_of(&res.json::<Value>().await.unwrap());
+    let msg = expect_error(
+        "/v1/completions",
+        json!({"model": "gpt-9", "prompt": "x"}),
+        404,
+        Some("model"),
+    )
+    .await;
+    assert!(msg.contains("gpt-9"));
+    let res = c.get(s.url("/v1/nothing-here")).send().await.unwrap();
+    assert_eq!(res.status(), 404);
+    error_of(&res.json::<Value>().await.unwrap());
+    // Context overflow names the prompt length, max_tokens and the limit.
+    let (_, tok) = post(&c, &s.url("/tokenize"), &json!({"prompt": "a b c"})).await;
+    let n = tok["count"].as_u64().unwrap();
+    let msg = expect_error(
+        "/v1/completions",
+        json!({"model": MODEL, "prompt": "a b c", "max_tokens": 1024}),
+        400,
+        Some("max_tokens"),
+    )
+    .await;
+    assert!(
+        msg.contains("1024") && msg.contains(&format!("{n} tokens")),
+        "{msg}"
+    );
+    let long = "word ".repeat(1100);
+    let msg = expect_error(
+        "/v1/chat/completions",
+        json!({"model": MODEL, "messages": [{"role": "user", "content": long}]}),
+        400,
+        Some("messages"),
+    )
+    .await;
+    assert!(msg.contains("1024"), "{msg}");
+}
