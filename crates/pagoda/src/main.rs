@@ -33,7 +33,13 @@ fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("PAGODA_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                // Start-up facts (KV sizing, the address served) show by default; the rest only
+                // on warnings.
+                .unwrap_or_else(|_| {
+                    tracing_subscriber::EnvFilter::new(
+                        "warn,pagoda_model::engine_setup=info,pagoda_server=info,pagoda=info",
+                    )
+                }),
         )
         .with_writer(std::io::stderr)
         .init();
