@@ -3,6 +3,7 @@
 //! drives any `ModelExecutor` one step at a time. `engine` runs it on its own thread.
 
 pub mod config;
+pub mod constraint;
 pub mod engine;
 pub mod engine_core;
 pub mod kv;
@@ -12,6 +13,7 @@ pub mod sampling_params;
 pub mod sched;
 
 pub use config::{CacheConfig, ConfigError, SchedulerConfig};
+pub use constraint::Constraint;
 pub use engine_core::{
     AddRequestError, EngineCore, EngineOutput, EngineRequest, EngineStats, ExecutorError,
     ExecutorOutput, ModelExecutor, OutputTiming, RequestId, SampledToken,

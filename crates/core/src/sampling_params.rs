@@ -1,7 +1,11 @@
 //! Per-request sampling parameters (OpenAI/llama.cpp vocabulary) and their validation.
 //! `validate` names the offending field and its bound, so the HTTP layer can return it verbatim.
 
+use std::sync::Arc;
+
 use thiserror::Error;
+
+use crate::constraint::Constraint;
 
 /// Largest number of top log-probabilities a request may ask for (OpenAI caps `top_logprobs` at 20).
 pub const MAX_LOGPROBS: u32 = 20;
@@ -51,6 +55,8 @@ pub struct SamplingParams {
     pub n: u32,
     /// How many top alternatives to report for each prompt token; `None` for no prompt logprobs.
     pub prompt_logprobs: Option<u32>,
+    /// Structured-output constraint the executor enforces with a token mask; `None` for free text.
+    pub constraint: Option<Arc<Constraint>>,
 }
 
 impl Default for SamplingParams {
@@ -72,6 +78,7 @@ impl Default for SamplingParams {
             min_tokens: 0,
             n: 1,
             prompt_logprobs: None,
+            constraint: None,
         }
     }
 }

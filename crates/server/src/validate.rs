@@ -169,6 +169,7 @@ pub fn build(
         min_tokens: f.min_tokens.unwrap_or(0),
         n: f.n.unwrap_or(1),
         prompt_logprobs: None,
+        constraint: None,
     };
     // OpenAI's temperature range; the engine accepts more, clients expect this bound.
     if !(0.0..=2.0).contains(&params.temperature) {
