@@ -32,6 +32,9 @@ pub struct ExecutorOutput {
     pub sampled: Vec<SampledToken>,
     /// Prompt logprobs computed this step, per sequence, for positions in order.
     pub prompt_logprobs: Vec<(SeqId, Vec<PositionLogprobs>)>,
+    /// Sequences the executor cannot run (e.g. a constraint it cannot enforce), with why;
+    /// each ends with `FinishReason::Error` while the rest of the step goes on.
+    pub failed: Vec<(SeqId, String)>,
 }
 
 /// The executor failed a whole step.
@@ -364,6 +367,13 @@ impl<E: ModelExecutor> EngineCore<E> {
                 return outs;
             }
         };
+        // Failed sequences end first, so the update below skips them.
+        let mut failed_outs = Vec::new();
+        for (seq, msg) in exec.failed {
+            if let Some(o) = self.finish_seq(seq, FinishReason::Error(msg)) {
+                failed_outs.push(o);
+            }
+        }
         for (seq, lps) in exec.prompt_logprobs {
             if let Some(info) = self.seqs.get_mut(&seq) {
                 info.prompt_logprobs.extend(lps);
@@ -383,7 +393,8 @@ impl<E: ModelExecutor> EngineCore<E> {
             self.peak_kv = usage;
         }
         let now = Instant::now();
-        let mut outs = Vec::with_capacity(updates.len());
+        let mut outs = failed_outs;
+        outs.reserve(updates.len());
         for u in updates {
             let Some(info) = self.seqs.get_mut(&u.seq_id) else {
                 continue;

@@ -97,6 +97,10 @@ pub struct ChatTemplate {
     source: TemplateSource,
     bos_token: String,
     eos_token: String,
+    /// The template's source text (parsers are chosen by what it mentions).
+    text: String,
+    /// Whether rendering with `tools` puts them in the prompt (SmolLM2's template ignores them).
+    renders_tools: bool,
 }
 
 impl fmt::Debug for ChatTemplate {
@@ -183,12 +187,40 @@ impl ChatTemplate {
                 source_kind: source,
                 message: describe(&err),
             })?;
-        Ok(Self {
+        let mut t = Self {
             env,
             source,
             bos_token: bos_token.to_string(),
             eos_token: eos_token.to_string(),
-        })
+            text: template.to_string(),
+            renders_tools: false,
+        };
+        t.renders_tools = t.probe_tools();
+        Ok(t)
+    }
+
+    /// Renders a one-message conversation with and without a tool of a unique name: the
+    /// template uses `tools` iff the name shows up (a template that fails either way gets
+    /// the generic format).
+    fn probe_tools(&self) -> bool {
+        const PROBE: &str = "pagoda_probe_tool_q7x";
+        let messages = serde_json::json!([{"role": "user", "content": "Hi"}]);
+        let tools = serde_json::json!([{"type": "function", "function": {
+            "name": PROBE, "description": "probe",
+            "parameters": {"type": "object", "properties": {}}}}]);
+        let with = self.render_json(&messages, Some(&tools), true);
+        matches!(with, Ok(text) if text.contains(PROBE))
+    }
+
+    /// The template's source text.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// Whether the template renders the `tools` variable; when it does not, tool definitions
+    /// must be injected into the messages (see `tool_calls::generic_system_prompt`).
+    pub fn renders_tools(&self) -> bool {
+        self.renders_tools
     }
 
     /// Which template is in use.
@@ -435,6 +467,21 @@ mod tests {
             u.render(&[ChatMessage::new("user", "Hi")], false).unwrap(),
             "<s>Hi"
         );
+    }
+
+    #[test]
+    fn tool_support_is_detected_by_rendering() {
+        let with = ChatTemplate::new(
+            "{% for t in tools %}{{ t.function.name }}{% endfor %}{{ messages[0].content }}",
+            TemplateSource::User,
+            "",
+            "",
+        )
+        .unwrap();
+        assert!(with.renders_tools());
+        let chatml = ChatTemplate::select(None, None, "llama", "", "").unwrap();
+        assert!(!chatml.renders_tools());
+        assert!(chatml.text().contains("<|im_start|>"));
     }
 
     #[test]

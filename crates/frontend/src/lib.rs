@@ -1,6 +1,6 @@
 //! Text to tokens and back for GGUF models: tokenizers built from `tokenizer.ggml.*` metadata
-//! (byte-level BPE and SentencePiece-style), incremental detokenization with stop strings, and
-//! chat templates.
+//! (byte-level BPE and SentencePiece-style), incremental detokenization with stop strings, chat
+//! templates, and the tool-call and reasoning parsers of generated text.
 
 mod bpe;
 mod byte_level;
@@ -8,16 +8,20 @@ pub mod chat_template;
 mod decode_stream;
 mod error;
 mod gguf_vocab;
+pub mod reasoning;
 mod special;
 mod spm;
 mod strftime;
 mod text_stream;
 mod tokenizer;
+pub mod tool_calls;
 mod vocab;
 
 pub use chat_template::{ChatMessage, ChatTemplate, TemplateSource};
 pub use decode_stream::DecodeStream;
 pub use error::{TemplateError, TokenizerError};
+pub use reasoning::{ReasoningDelta, ReasoningParser, ReasoningStream};
 pub use text_stream::{StopMatch, TextDelta, TextStream, TextStreamError, TextStreamOptions};
 pub use tokenizer::Tokenizer;
+pub use tool_calls::{ParsedToolCall, ToolCallFormat, ToolCallStream, ToolEvent, ToolParserChoice};
 pub use vocab::{GgufVocab, TokenType};

@@ -1,11 +1,12 @@
 //! Paged attention against a naive dense f64 attention: shuffled non-contiguous block tables,
 //! mixed batches (decode, whole prefill, chunks starting mid-sequence), GQA ratios 1/3/4,
 //! head_dim 64 and 256, with and without a sliding window, on every SIMD level; and bitwise
-//! agreement across block sizes.
+//! agreement across block sizes, and between f16 arenas and f32 arenas holding the same values.
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
+use half::f16;
 use pagoda_kernels::attention::{
-    AttnBatch, KvLayout, paged_attention, paged_attention_with, write_kv,
+    AttnBatch, KvElement, KvLayout, paged_attention, paged_attention_with, write_kv,
 };
 use pagoda_kernels::cpu::available_levels;
 use rand::rngs::StdRng;
@@ -332,6 +333,22 @@ fn paged_one_request(
     scale: f32,
     window: Option<u32>,
 ) -> Vec<f32> {
+    paged_one_request_in::<f32>(level, r, n_heads, nkv, hd, bs, scale, window, f32::NAN)
+}
+
+/// [`paged_one_request`] with arenas of `T`, initialised to `fill`.
+#[allow(clippy::too_many_arguments)]
+fn paged_one_request_in<T: KvElement>(
+    level: pagoda_kernels::cpu::SimdLevel,
+    r: &Request,
+    n_heads: usize,
+    nkv: usize,
+    hd: usize,
+    bs: usize,
+    scale: f32,
+    window: Option<u32>,
+    fill: T,
+) -> Vec<f32> {
     let blocks = r.seq_len.div_ceil(bs);
     let num_blocks = blocks * 2 + 1;
     let mut ids: Vec<u32> = (0..num_blocks as u32).collect();
@@ -343,8 +360,8 @@ fn paged_one_request(
         num_kv_heads: nkv,
         head_dim: hd,
     };
-    let mut k_cache = vec![f32::NAN; layout.arena_len()];
-    let mut v_cache = vec![f32::NAN; layout.arena_len()];
+    let mut k_cache = vec![fill; layout.arena_len()];
+    let mut v_cache = vec![fill; layout.arena_len()];
     let slots: Vec<u32> = (0..r.seq_len)
         .map(|p| block_table[p / bs] * bs as u32 + (p % bs) as u32)
         .collect();
@@ -413,6 +430,56 @@ fn block_sizes_agree_for_gemma3_shapes() {
                         // Bit for bit: the block size only decides where keys live.
                         assert_eq!(g.to_bits(), b.to_bits(), "{what} = {g}, bs 16 gave {b}");
                     }
+                }
+            }
+        }
+    }
+}
+
+/// An f16 arena is read as its values widened to f32: attention over it must give the same bits
+/// as over an f32 arena holding the f16-rounded K and V, for every block size (straddling tiles
+/// and in-block tiles take different paths), SIMD level and a split decode; writing rounds to
+/// nearest even like ggml.
+#[test]
+fn f16_arena_matches_f32_arena_of_rounded_values() {
+    let mut rng = StdRng::seed_from_u64(33);
+    for (n_heads, nkv, hd, seq_len, q_len) in
+        [(9, 3, 64, 150, 1), (9, 3, 64, 70, 40), (4, 1, 256, 300, 1)]
+    {
+        let round =
+            |x: &[f32]| -> Vec<f32> { x.iter().map(|&v| f16::from_f32(v).to_f32()).collect() };
+        let r = Request {
+            seq_len,
+            q_len,
+            k: random_vec(&mut rng, seq_len * nkv * hd, 2.0),
+            v: random_vec(&mut rng, seq_len * nkv * hd, 2.0),
+            q: random_vec(&mut rng, q_len * n_heads * hd, 3.0),
+        };
+        let rounded = Request {
+            seq_len,
+            q_len,
+            k: round(&r.k),
+            v: round(&r.v),
+            q: r.q.clone(),
+        };
+        let scale = 1.0 / (hd as f32).sqrt();
+        let want = dense_attention(&r, n_heads, nkv, hd, scale, None);
+        for level in available_levels() {
+            for bs in [5, 16] {
+                let got =
+                    paged_one_request_in(level, &r, n_heads, nkv, hd, bs, scale, None, f16::NAN);
+                let base = paged_one_request(level, &rounded, n_heads, nkv, hd, bs, scale, None);
+                for (i, ((&g, &b), &w)) in got.iter().zip(&base).zip(&want).enumerate() {
+                    assert_eq!(
+                        g.to_bits(),
+                        b.to_bits(),
+                        "{level:?} hd {hd} bs {bs}: out[{i}] f16 {g}, f32 {b}"
+                    );
+                    // f16 keeps 11 significant bits: within a few 1e-3 of the exact f32 result.
+                    assert!(
+                        (g - w).abs() <= 5e-3 + 5e-3 * w.abs(),
+                        "{level:?} hd {hd} bs {bs}: out[{i}] = {g}, dense {w}"
+                    );
                 }
             }
         }

@@ -38,6 +38,41 @@ impl Architecture {
     }
 }
 
+/// Element type of the KV cache arenas.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KvCacheDtype {
+    /// The default: Gemma 3's golden top-5 probabilities drift well past their bounds with f16.
+    #[default]
+    F32,
+    /// Half the bytes of f32 for attention to read (llama.cpp's default, `--cache-type-k f16`);
+    /// SmolLM2 and Qwen2.5 still match their goldens with it.
+    F16,
+}
+
+impl KvCacheDtype {
+    /// Bytes per stored value.
+    pub fn bytes(self) -> usize {
+        match self {
+            Self::F32 => 4,
+            Self::F16 => 2,
+        }
+    }
+}
+
+impl std::str::FromStr for KvCacheDtype {
+    type Err = ModelError;
+
+    fn from_str(s: &str) -> Result<Self, ModelError> {
+        match s {
+            "f32" => Ok(Self::F32),
+            "f16" => Ok(Self::F16),
+            other => Err(ModelError::InvalidRequest(format!(
+                "KV cache dtype {other:?} is not f32 or f16"
+            ))),
+        }
+    }
+}
+
 /// Hyper-parameters of a loaded model.
 #[derive(Clone, Debug)]
 pub struct ModelConfig {
@@ -71,6 +106,8 @@ pub struct ModelConfig {
     pub eos_token_id: Option<u32>,
     /// Token ids that end generation: eos plus end-of-turn tokens found by their text.
     pub eog_token_ids: Vec<u32>,
+    /// What the KV cache stores (not in the file: a run-time choice, f16 by default).
+    pub kv_cache_dtype: KvCacheDtype,
 }
 
 impl ModelConfig {
@@ -180,6 +217,7 @@ impl ModelConfig {
             bos_token_id,
             eos_token_id,
             eog_token_ids,
+            kv_cache_dtype: KvCacheDtype::default(),
         };
         if architecture == Architecture::Gemma3 {
             // llama.cpp load_hparams for LLM_ARCH_GEMMA3: set_swa_pattern(6) (layers with

@@ -2,13 +2,16 @@
 //! (reported at start-up: bytes per token, blocks, the longest context that fits), the context
 //! length is capped to what fits, and the runner is wrapped in an `EngineCore`.
 
+use std::sync::Arc;
+
 use pagoda_core::config::{check_kv_budget, default_kv_budget};
 use pagoda_core::{CacheConfig, EngineCore, SchedulerConfig};
+use pagoda_structured::StructuredOutputs;
 
-use crate::{CpuExecutor, Model, ModelError, ModelRunner};
+use crate::{CpuExecutor, KvCacheDtype, Model, ModelError, ModelRunner};
 
 /// What a user may choose about the engine; `None` means the default.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct EngineSetup {
     pub scheduler: SchedulerConfig,
     /// Bytes for all layers' K and V; default: a quarter of available memory, at most 4 GiB.
@@ -17,7 +20,32 @@ pub struct EngineSetup {
     pub enable_prefix_caching: bool,
     /// Longest sequence; default: the model's training context, capped to the KV pool.
     pub max_model_len: Option<usize>,
+    /// Element type of the KV cache: f32 by default; f16 halves the bytes attention reads and the
+    /// memory a token holds.
+    pub kv_cache_dtype: KvCacheDtype,
+    /// Structured-output support for this model's tokenizer; without it, a request with a
+    /// constraint finishes with an error.
+    pub structured: Option<Arc<StructuredOutputs>>,
 }
+
+impl PartialEq for EngineSetup {
+    /// Field by field; two setups share structured outputs only if they hold the same one.
+    fn eq(&self, other: &Self) -> bool {
+        self.scheduler == other.scheduler
+            && self.kv_cache_memory == other.kv_cache_memory
+            && self.block_size == other.block_size
+            && self.enable_prefix_caching == other.enable_prefix_caching
+            && self.max_model_len == other.max_model_len
+            && self.kv_cache_dtype == other.kv_cache_dtype
+            && match (&self.structured, &other.structured) {
+                (None, None) => true,
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                _ => false,
+            }
+    }
+}
+
+impl Eq for EngineSetup {}
 
 impl Default for EngineSetup {
     fn default() -> Self {
@@ -27,6 +55,8 @@ impl Default for EngineSetup {
             block_size: 16,
             enable_prefix_caching: true,
             max_model_len: None,
+            kv_cache_dtype: KvCacheDtype::default(),
+            structured: None,
         }
     }
 }
@@ -45,12 +75,13 @@ pub struct KvReport {
 
 /// An engine core for `model`, with its KV pool sized from `setup`.
 pub fn build_engine(
-    model: Model,
+    mut model: Model,
     setup: &EngineSetup,
 ) -> Result<(EngineCore<ModelRunner>, KvReport), ModelError> {
+    model.set_kv_cache_dtype(setup.kv_cache_dtype);
     let config = model.config().clone();
     let bytes_per_token =
-        (2 * config.n_layers * config.kv_dim() * std::mem::size_of::<f32>()) as u64;
+        (2 * config.n_layers * config.kv_dim() * config.kv_cache_dtype.bytes()) as u64;
     let budget = match setup.kv_cache_memory {
         Some(b) => {
             check_kv_budget(b).map_err(|e| ModelError::InvalidRequest(e.to_string()))?;
@@ -93,9 +124,11 @@ pub fn build_engine(
     let eog_ids = config.eog_token_ids.clone();
     let vocab = config.vocab_size;
     let exec = CpuExecutor::new(model, cache.num_blocks, cache.block_size)?;
-    let core = EngineCore::new(ModelRunner::new(exec), scheduler, &cache, eog_ids, vocab);
+    let runner = ModelRunner::new(exec).with_structured_outputs(setup.structured.clone());
+    let core = EngineCore::new(runner, scheduler, &cache, eog_ids, vocab);
     tracing::info!(
-        "KV cache: {} bytes per token, {} blocks of {} tokens ({:.1} MiB), {} tokens in all; max_model_len {}",
+        "KV cache ({:?}): {} bytes per token, {} blocks of {} tokens ({:.1} MiB), {} tokens in all; max_model_len {}",
+        setup.kv_cache_dtype,
         report.bytes_per_token,
         report.num_blocks,
         report.block_size,

@@ -1,16 +1,24 @@
 //! The paged KV arena: one K and one V buffer per layer, each `num_blocks` blocks of
 //! `block_size` token slots (layout `[block][kv_head][slot][head_dim]`, as the attention kernel
-//! reads it). The executor owns it, never the model; who gets which block is the caller's business.
+//! reads it), of f16 or f32 as `ModelConfig::kv_cache_dtype` says. The executor owns it, never
+//! the model; who gets which block is the caller's business.
 
+use half::f16;
 use pagoda_kernels::attention::KvLayout;
 
+use crate::config::KvCacheDtype;
 use crate::{ModelConfig, ModelError};
 
 /// K and V arenas for every layer.
 pub struct KvCache {
     layout: KvLayout,
-    k: Vec<Vec<f32>>,
-    v: Vec<Vec<f32>>,
+    arenas: Arenas,
+}
+
+/// Per-layer K and V buffers of one element type.
+pub enum Arenas {
+    F32 { k: Vec<Vec<f32>>, v: Vec<Vec<f32>> },
+    F16 { k: Vec<Vec<f16>>, v: Vec<Vec<f16>> },
 }
 
 impl KvCache {
@@ -39,13 +47,36 @@ impl KvCache {
                     "KV arena of {num_blocks} x {block_size} overflows"
                 ))
             })?;
-        let k = (0..config.n_layers)
-            .map(|_| vec![0.0f32; per_layer])
-            .collect();
-        let v = (0..config.n_layers)
-            .map(|_| vec![0.0f32; per_layer])
-            .collect();
-        Ok(Self { layout, k, v })
+        // Zeroed allocations come from calloc, so untouched blocks cost no memory or start-up.
+        let arenas = match config.kv_cache_dtype {
+            KvCacheDtype::F32 => {
+                let new = || (0..config.n_layers).map(|_| vec![0.0f32; per_layer]);
+                Arenas::F32 {
+                    k: new().collect(),
+                    v: new().collect(),
+                }
+            }
+            KvCacheDtype::F16 => {
+                let new = || (0..config.n_layers).map(|_| zeroed_f16(per_layer));
+                Arenas::F16 {
+                    k: new().collect(),
+                    v: new().collect(),
+                }
+            }
+        };
+        Ok(Self { layout, arenas })
+    }
+
+    pub fn dtype(&self) -> KvCacheDtype {
+        match self.arenas {
+            Arenas::F32 { .. } => KvCacheDtype::F32,
+            Arenas::F16 { .. } => KvCacheDtype::F16,
+        }
+    }
+
+    /// Every layer's K and V buffers.
+    pub fn arenas_mut(&mut self) -> &mut Arenas {
+        &mut self.arenas
     }
 
     pub fn layout(&self) -> &KvLayout {
@@ -67,16 +98,25 @@ impl KvCache {
 
     /// Bytes held by all layers' K and V arenas.
     pub fn size_bytes(&self) -> usize {
-        self.k.iter().chain(&self.v).map(|b| b.len() * 4).sum()
+        let n: usize = match &self.arenas {
+            Arenas::F32 { k, v } => k.iter().chain(v).map(Vec::len).sum(),
+            Arenas::F16 { k, v } => k.iter().chain(v).map(Vec::len).sum(),
+        };
+        n * self.dtype().bytes()
     }
+}
 
-    /// The K and V arenas of layer `il`.
-    pub fn layer_mut(&mut self, il: usize) -> (&mut [f32], &mut [f32]) {
-        (&mut self.k[il], &mut self.v[il])
-    }
-
-    /// The K and V arenas of layer `il`, read-only.
-    pub fn layer(&self, il: usize) -> (&[f32], &[f32]) {
-        (&self.k[il], &self.v[il])
+/// `len` zero f16s from calloc. `vec![f16::ZERO; n]` would write every element (std only
+/// specialises zero-filling for primitive types), touching the whole arena at start-up.
+fn zeroed_f16(len: usize) -> Vec<f16> {
+    let mut zeros = std::mem::ManuallyDrop::new(vec![0u16; len]);
+    // SAFETY: `f16` is `repr(transparent)` over `u16` (same size and alignment) and the all-zero
+    // bit pattern is +0.0; the buffer's ownership moves to the new Vec exactly once.
+    unsafe {
+        Vec::from_raw_parts(
+            zeros.as_mut_ptr().cast::<f16>(),
+            zeros.len(),
+            zeros.capacity(),
+        )
     }
 }

@@ -15,7 +15,7 @@ pub mod sampler;
 pub mod weights;
 
 pub use batch::{ForwardBatch, Logits, SeqChunk};
-pub use config::{Architecture, ModelConfig};
+pub use config::{Architecture, KvCacheDtype, ModelConfig};
 pub use engine_setup::{EngineSetup, KvReport, build_engine};
 pub use error::ModelError;
 pub use executor::CpuExecutor;

@@ -1,9 +1,13 @@
 //! `ModelRunner`: the executor side of the engine. It keeps each sequence's tokens, block
 //! table and sampler across steps (the scheduler sends only diffs), turns a `SchedulerOutput`
 //! into one flat `ForwardBatch`, runs it, and samples where a sequence reached its last known
-//! token, so logits never leave the executor.
+//! token, so logits never leave the executor. A sequence with a structured-output constraint
+//! gets a grammar matcher in its sampler when it is first scheduled.
 
 use std::collections::HashMap;
+use std::sync::Arc;
+
+use pagoda_structured::StructuredOutputs;
 
 use pagoda_core::{
     ExecutorError, ExecutorOutput, ModelExecutor, SampledToken, SchedulerOutput, SeqId,
@@ -20,6 +24,8 @@ struct SeqState {
     block_table: Vec<u32>,
     sampler: Sampler,
     prompt_logprobs: Option<u32>,
+    /// Why this sequence cannot run (reported once, then it is never batched).
+    failed: Option<String>,
 }
 
 /// Where one sequence's rows landed in the step's logits.
@@ -30,6 +36,8 @@ struct RowPlan {
     /// Prompt-logprob rows (positions `pl_start..pl_start + pl_rows`).
     pl_start: usize,
     pl_rows: usize,
+    /// Tokens scheduled for this sequence in this step.
+    num_rows: usize,
     /// Whether the last row samples a token.
     samples: bool,
 }
@@ -39,6 +47,7 @@ pub struct ModelRunner {
     exec: CpuExecutor,
     seqs: HashMap<SeqId, SeqState>,
     eog_ids: Vec<u32>,
+    structured: Option<Arc<StructuredOutputs>>,
 }
 
 impl ModelRunner {
@@ -48,7 +57,14 @@ impl ModelRunner {
             exec,
             seqs: HashMap::new(),
             eog_ids,
+            structured: None,
         }
+    }
+
+    /// Enables constrained decoding for requests that carry a constraint.
+    pub fn with_structured_outputs(mut self, structured: Option<Arc<StructuredOutputs>>) -> Self {
+        self.structured = structured;
+        self
     }
 
     pub fn executor(&self) -> &CpuExecutor {
@@ -69,8 +85,23 @@ impl ModelRunner {
                 let mut params = new.params.clone();
                 params.seed = Some(new.seed);
                 let prompt_logprobs = params.prompt_logprobs;
-                let sampler =
+                let constraint = params.constraint.clone();
+                let mut sampler =
                     Sampler::with_context(params, new.seed, &new.prompt_token_ids, &self.eog_ids);
+                // The server compiled the constraint before submitting, so this is a cache hit.
+                let mut failed = None;
+                match (constraint, &self.structured) {
+                    (None, _) => {}
+                    (Some(c), Some(so)) => match so.compile(&c) {
+                        Ok(compiled) => sampler = sampler.with_constraint(compiled.matcher()),
+                        Err(e) => failed = Some(e.to_string()),
+                    },
+                    (Some(c), None) => {
+                        failed = Some(format!(
+                            "this engine has no structured-output support for the {c} constraint"
+                        ))
+                    }
+                }
                 self.seqs.insert(
                     s.seq_id,
                     SeqState {
@@ -79,6 +110,7 @@ impl ModelRunner {
                         block_table: s.block_ids.clone(),
                         sampler,
                         prompt_logprobs,
+                        failed,
                     },
                 );
                 continue;
@@ -99,12 +131,18 @@ impl ModelRunner {
 impl ModelExecutor for ModelRunner {
     fn execute(&mut self, step: &SchedulerOutput) -> Result<ExecutorOutput, ExecutorError> {
         self.apply_diff(step)?;
+        let mut out = ExecutorOutput::default();
         let block_size = self.exec.kv_cache.block_size();
         let mut chunks = Vec::with_capacity(step.scheduled.len());
         let mut plans = Vec::with_capacity(step.scheduled.len());
         let mut rows = 0;
         for s in &step.scheduled {
             let st = &self.seqs[&s.seq_id];
+            if let Some(e) = &st.failed {
+                // Ends it in the core before its results would be read; nothing to compute.
+                out.failed.push((s.seq_id, e.clone()));
+                continue;
+            }
             let (start, end) = (
                 s.num_computed_tokens,
                 s.num_computed_tokens + s.num_scheduled_tokens,
@@ -135,6 +173,7 @@ impl ModelExecutor for ModelRunner {
                 first_row: rows,
                 pl_start: start,
                 pl_rows,
+                num_rows: end - start,
                 samples,
             });
             rows += match logits {
@@ -149,6 +188,9 @@ impl ModelExecutor for ModelRunner {
                 logits,
             });
         }
+        if chunks.is_empty() {
+            return Ok(out);
+        }
         let batch = ForwardBatch::from_seqs(&chunks, block_size);
         drop(chunks);
         let vocab = self.exec.vocab_size();
@@ -156,8 +198,7 @@ impl ModelExecutor for ModelRunner {
             .exec
             .forward(&batch)
             .map_err(|e| ExecutorError(e.to_string()))?;
-        let mut out = ExecutorOutput::default();
-        for (p, s) in plans.iter().zip(&step.scheduled) {
+        for p in &plans {
             let Some(st) = self.seqs.get_mut(&p.seq_id) else {
                 continue;
             };
@@ -171,12 +212,19 @@ impl ModelExecutor for ModelRunner {
             if p.samples {
                 // With prompt logprobs every row came back; otherwise only the last one.
                 let last = if p.pl_rows > 0 {
-                    p.first_row + s.num_scheduled_tokens - 1
+                    p.first_row + p.num_rows - 1
                 } else {
                     p.first_row
                 };
                 let row = &logits[last * vocab..(last + 1) * vocab];
-                let sampled = st.sampler.sample(row);
+                let sampled = match st.sampler.sample(row) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        st.failed = Some(e.to_string());
+                        out.failed.push((p.seq_id, e.to_string()));
+                        continue;
+                    }
+                };
                 st.tokens.push(sampled.token_id);
                 out.sampled.push(SampledToken {
                     seq_id: p.seq_id,

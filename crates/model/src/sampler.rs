@@ -1,13 +1,17 @@
 //! Token selection from one row of logits. Per request the sampler applies, in vLLM's order,
-//! `logit_bias`, the `min_tokens` ban on stop ids, the repetition penalty and the presence /
-//! frequency penalties, then picks greedily or by temperature with top-k / min-p / top-p filters
-//! from the request's own seeded ChaCha stream. Log-probabilities come from the raw logits.
+//! `logit_bias`, the structured-output mask (disallowed ids to -inf), the `min_tokens` ban on
+//! stop ids, the repetition penalty and the presence / frequency penalties, then picks greedily
+//! or by temperature with top-k / min-p / top-p filters from the request's own seeded ChaCha
+//! stream. Log-probabilities come from the raw logits (before bias, mask and penalties).
 
+mod constraint;
 mod logprobs;
 mod penalties;
 
 pub use logprobs::{position_logprobs, prompt_logprobs};
 pub use pagoda_core::{PositionLogprobs, TokenLogprob};
+
+pub use pagoda_structured::{ConstraintMatcher, StructuredError};
 
 use pagoda_core::SamplingParams;
 use penalties::Penalties;
@@ -51,6 +55,8 @@ pub struct Sampler {
     /// Ids banned until `min_tokens` tokens were generated (empty when `min_tokens` is 0).
     min_tokens_banned: Vec<u32>,
     num_generated: u32,
+    /// The structured-output grammar state, when the request has a constraint.
+    constraint: Option<ConstraintMatcher>,
 }
 
 impl Sampler {
@@ -87,7 +93,20 @@ impl Sampler {
             adjusted: Vec::new(),
             min_tokens_banned,
             num_generated: 0,
+            constraint: None,
         }
+    }
+
+    /// This sampler with every choice restricted to what `matcher` allows. When the grammar
+    /// is finished the sampler emits the matcher's EOS, whatever the logits say.
+    pub fn with_constraint(mut self, matcher: ConstraintMatcher) -> Self {
+        self.constraint = Some(matcher);
+        self
+    }
+
+    /// The grammar state, when the request has a constraint.
+    pub fn constraint(&self) -> Option<&ConstraintMatcher> {
+        self.constraint.as_ref()
     }
 
     pub fn params(&self) -> &SamplingParams {
@@ -99,12 +118,22 @@ impl Sampler {
         self.num_generated
     }
 
-    /// Picks the next token from `logits` (one row of the vocabulary) and records it.
-    pub fn sample(&mut self, logits: &[f32]) -> Sampled {
+    /// Picks the next token from `logits` (one row of the vocabulary) and records it. Fails
+    /// only when the constraint's matcher fails (a grammar limit hit, or an internal error).
+    pub fn sample(&mut self, logits: &[f32]) -> Result<Sampled, StructuredError> {
+        if let Some(m) = &mut self.constraint
+            && m.is_finished()
+        {
+            // The grammar admits nothing more: end the sequence (finish reason `stop`).
+            let eos = m.eos_token();
+            m.consume(eos)?;
+            return Ok(self.record(logits, eos));
+        }
         let banning = self.num_generated < self.params.min_tokens;
         let adjust = (banning && !self.min_tokens_banned.is_empty())
             || !self.params.logit_bias.is_empty()
-            || self.penalties.is_active();
+            || self.penalties.is_active()
+            || self.constraint.is_some();
         let scores: &[f32] = if adjust {
             // One copy of the row; the adjustments below touch only the ids they name.
             self.adjusted.clear();
@@ -114,7 +143,15 @@ impl Sampler {
                     *l += bias;
                 }
             }
-            if banning {
+            if let Some(m) = &mut self.constraint {
+                m.apply_mask(&mut self.adjusted)?;
+                if banning {
+                    constraint::ban_unless_nothing_left(
+                        &mut self.adjusted,
+                        &self.min_tokens_banned,
+                    );
+                }
+            } else if banning {
                 for &id in &self.min_tokens_banned {
                     if let Some(l) = self.adjusted.get_mut(id as usize) {
                         *l = f32::NEG_INFINITY;
@@ -131,6 +168,20 @@ impl Sampler {
         } else {
             sample_random(&self.params, &mut self.rng, &mut self.candidates, scores)
         };
+        if let Some(m) = &mut self.constraint {
+            debug_assert!(
+                scores
+                    .get(token_id as usize)
+                    .is_some_and(|l| *l > f32::NEG_INFINITY),
+                "sampled token {token_id} is outside the grammar's mask"
+            );
+            m.consume(token_id)?;
+        }
+        Ok(self.record(logits, token_id))
+    }
+
+    /// Records `token_id` as chosen and reports it with the raw logits' log-probabilities.
+    fn record(&mut self, logits: &[f32], token_id: u32) -> Sampled {
         self.penalties.record(token_id);
         self.num_generated = self.num_generated.saturating_add(1);
         match self.params.logprobs {
@@ -244,14 +295,14 @@ mod tests {
     }
 
     fn draw(s: &mut Sampler, logits: &[f32], n: usize) -> Vec<u32> {
-        (0..n).map(|_| s.sample(logits).token_id).collect()
+        (0..n).map(|_| s.sample(logits).unwrap().token_id).collect()
     }
 
     #[test]
     fn greedy_picks_argmax_and_reports_softmax_logprobs() {
         let logits = [1.0f32, 3.0, 2.0, 3.0];
         let mut s = Sampler::new(greedy_with(|p| p.logprobs = Some(2)), 0);
-        let out = s.sample(&logits);
+        let out = s.sample(&logits).unwrap();
         assert_eq!(out.token_id, 1);
         assert_eq!(out.rank, 1);
         let z: f32 = logits.iter().map(|l| l.exp()).sum();
@@ -272,7 +323,7 @@ mod tests {
     #[test]
     fn no_logprobs_means_no_position_record() {
         let mut s = Sampler::new(SamplingParams::greedy(1), 0);
-        let out = s.sample(&[0.0, 1.0]);
+        let out = s.sample(&[0.0, 1.0]).unwrap();
         assert_eq!((out.rank, out.top_logprobs.len()), (0, 0));
         assert!(out.logprob.is_nan());
         assert_eq!(out.position_logprobs(), None);
@@ -292,7 +343,7 @@ mod tests {
         let mut s = Sampler::new(params, 0);
         let mut ranks = Vec::new();
         for _ in 0..100 {
-            let out = s.sample(&logits);
+            let out = s.sample(&logits).unwrap();
             let expected = order.iter().position(|&t| t == out.token_id).unwrap() + 1;
             assert_eq!(out.rank as usize, expected);
             assert!(out.top_logprobs.is_empty());
@@ -368,7 +419,7 @@ mod tests {
             p.logit_bias = vec![(2, 100.0)];
             p.logprobs = Some(1);
         });
-        let out = Sampler::new(forced, 0).sample(&logits);
+        let out = Sampler::new(forced, 0).sample(&logits).unwrap();
         assert_eq!(out.token_id, 2);
         // Log-probabilities stay those of the raw logits.
         let raw = position_logprobs(&logits, 2, 1);
@@ -451,7 +502,7 @@ mod tests {
         assert_eq!(draw(&mut s, &[3.0, 2.0, -1.0], 3), vec![1, 0, 0]);
         // Negative logits are multiplied: -1 * 2 = -2 < -1.5 -> 1.
         let mut s = Sampler::with_context(params.clone(), 0, &[0], &[]);
-        assert_eq!(s.sample(&[-1.0, -1.5]).token_id, 1);
+        assert_eq!(s.sample(&[-1.0, -1.5]).unwrap().token_id, 1);
         // Without context only generated tokens count: 0 first, then 0 at 1.5 < 2 -> 1.
         let mut s = Sampler::new(params, 0);
         assert_eq!(draw(&mut s, &[3.0, 2.0], 2), vec![0, 1]);

@@ -1,5 +1,7 @@
 //! Tensor lookup with shape and type checks. Matrices stay in the memory-mapped GGUF and are
 //! referred to by tensor index; small vectors (norm weights, biases) are dequantized into `Vec<f32>`.
+//! Projections of one input (q/k/v, gate/up) can be joined into one matrix so a step runs one
+//! matmul (one fork-join) for them: in place when the file stores them back to back.
 
 use std::sync::Arc;
 
@@ -33,8 +35,19 @@ pub struct Matrix {
     pub rows: usize,
     /// Input features (GGUF ne0, contiguous).
     pub cols: usize,
-    /// Index of the tensor in the file's tensor list.
-    index: usize,
+    storage: Storage,
+}
+
+/// Where a matrix's bytes are.
+#[derive(Clone, Debug)]
+enum Storage {
+    /// Tensor `index` of the file's tensor list.
+    Tensor(usize),
+    /// `len` bytes of the file from the start of tensor `first`: tensors stored back to back,
+    /// read as one matrix.
+    Adjacent { first: usize, len: usize },
+    /// Rows copied together at load, when the parts were not adjacent in the file.
+    Owned(Arc<[u8]>),
 }
 
 /// A linear layer: a matrix and an optional bias.
@@ -108,7 +121,63 @@ impl Weights {
             ty: info.ty,
             rows,
             cols,
-            index,
+            storage: Storage::Tensor(index),
+        })
+    }
+
+    /// The linear layers `parts` (all of `cols` inputs) stacked into one of their summed rows,
+    /// biases concatenated; `None` when their types or bias presence differ. Zero-copy when
+    /// the file stores the weights back to back, else copied once here.
+    pub fn stacked(&self, parts: &[&Linear]) -> Option<Linear> {
+        let first = parts.first()?;
+        let (ty, cols) = (first.weight.ty, first.weight.cols);
+        if parts.iter().any(|p| {
+            p.weight.ty != ty || p.weight.cols != cols || p.bias.is_some() != first.bias.is_some()
+        }) {
+            return None;
+        }
+        let rows = parts.iter().map(|p| p.weight.rows).sum();
+        let bias = first.bias.as_ref().map(|_| {
+            parts
+                .iter()
+                .flat_map(|p| p.bias.iter().flatten().copied())
+                .collect()
+        });
+        let in_file = parts
+            .iter()
+            .all(|p| matches!(p.weight.storage, Storage::Tensor(_)));
+        let adjacent = in_file
+            && parts.windows(2).all(|w| {
+                let a = self.bytes(&w[0].weight);
+                // Pointer comparison only: both slices lie in the file's one mapping.
+                a.as_ptr().wrapping_add(a.len()) == self.bytes(&w[1].weight).as_ptr()
+            });
+        let storage = match (&first.weight.storage, adjacent) {
+            (Storage::Tensor(index), true) => Storage::Adjacent {
+                first: *index,
+                len: parts.iter().map(|p| self.bytes(&p.weight).len()).sum(),
+            },
+            _ => Storage::Owned(
+                parts
+                    .iter()
+                    .flat_map(|p| self.bytes(&p.weight).iter().copied())
+                    .collect(),
+            ),
+        };
+        let name = parts
+            .iter()
+            .map(|p| p.weight.name.as_str())
+            .collect::<Vec<_>>()
+            .join("+");
+        Some(Linear {
+            weight: Matrix {
+                name,
+                ty,
+                rows,
+                cols,
+                storage,
+            },
+            bias,
         })
     }
 
@@ -163,10 +232,22 @@ impl Weights {
     }
 
     /// The bytes of a matrix checked by [`Weights::matrix`].
-    pub fn bytes(&self, m: &Matrix) -> &[u8] {
-        let info = &self.file.tensors()[m.index];
-        debug_assert_eq!(info.name, m.name);
-        self.file.tensor_data(info)
+    pub fn bytes<'a>(&'a self, m: &'a Matrix) -> &'a [u8] {
+        match &m.storage {
+            Storage::Tensor(index) => {
+                let info = &self.file.tensors()[*index];
+                debug_assert_eq!(info.name, m.name);
+                self.file.tensor_data(info)
+            }
+            Storage::Adjacent { first, len } => {
+                let start = self.file.tensor_data(&self.file.tensors()[*first]).as_ptr();
+                // SAFETY: `stacked` checked that the parts lie back to back in the file's data
+                // (one mapping or buffer, which `self.file` keeps alive and never mutates), so
+                // these `len` bytes are the parts' bytes, in bounds of that one allocation.
+                unsafe { std::slice::from_raw_parts(start, *len) }
+            }
+            Storage::Owned(bytes) => bytes,
+        }
     }
 
     /// Dequantizes row `row` of `m` into `out` (`out.len() == m.cols`).

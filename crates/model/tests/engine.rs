@@ -47,6 +47,8 @@ fn setup(
         block_size: 16,
         enable_prefix_caching: caching,
         max_model_len: Some(2048),
+        structured: None,
+        ..EngineSetup::default()
     }
 }
 
@@ -118,12 +120,13 @@ fn invariance(file: &str, count: usize, max_tokens: u32) {
     }
     // Blocks of 4 tokens, 4 per sequence, when each needs up to 10: sequences cross a block
     // boundary every 4 tokens and the pool is always short, so preemption never stops.
+    let mut s = setup(64, 2048, None, true);
     let bytes_per_block = {
         let c = common::load_model(file).config().clone();
-        (2 * c.n_layers * c.kv_dim() * 4 * 4) as u64
+        (2 * c.n_layers * c.kv_dim() * s.kv_cache_dtype.bytes() * 4) as u64
     };
     let blocks = count * 4;
-    let mut s = setup(64, 2048, Some(bytes_per_block * blocks as u64), true);
+    s.kv_cache_memory = Some(bytes_per_block * blocks as u64);
     s.block_size = 4;
     s.max_model_len = Some(blocks * 4);
     let mut core = engine(file, &s);

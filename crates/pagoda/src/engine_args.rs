@@ -17,6 +17,10 @@ pub struct EngineArgs {
     /// most 4GiB].
     #[arg(long, env = "PAGODA_KV_CACHE_MEMORY")]
     pub kv_cache_memory: Option<String>,
+    /// Element type of the KV cache: f16 halves its memory and the bytes attention reads, but moves
+    /// Gemma 3's probabilities past the golden bounds, so f32 is the default.
+    #[arg(long, env = "PAGODA_KV_CACHE_DTYPE", default_value = "f32", value_parser = ["f32", "f16"])]
+    pub kv_cache_dtype: String,
     /// Turn off prefix caching (on by default).
     #[arg(long, env = "PAGODA_NO_PREFIX_CACHING")]
     pub no_prefix_caching: bool,
@@ -86,6 +90,8 @@ impl EngineArgs {
             block_size: self.block_size,
             enable_prefix_caching: !self.no_prefix_caching,
             max_model_len: self.max_model_len,
+            kv_cache_dtype: self.kv_cache_dtype.parse().context("--kv-cache-dtype")?,
+            ..EngineSetup::default()
         })
     }
 }

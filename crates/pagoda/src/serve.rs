@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
+use pagoda_frontend::{ReasoningParser, ToolParserChoice};
 use pagoda_server::{AppState, ServerConfig};
 
 use crate::engine_args::EngineArgs;
@@ -37,6 +38,14 @@ pub struct ServeArgs {
     /// Seconds in-flight requests get to finish after SIGTERM/SIGINT.
     #[arg(long, env = "PAGODA_SHUTDOWN_TIMEOUT", default_value_t = 30.0)]
     shutdown_timeout: f64,
+    /// How tool calls are written and parsed: `auto` (from the chat template: `hermes` when it
+    /// mentions <tool_call>, `generic` when it ignores `tools`), `hermes`, `generic`, or `none`
+    /// (requests with `tools` get 400). See docs/tool-calling.md.
+    #[arg(long, env = "PAGODA_TOOL_CALL_PARSER", default_value = "auto")]
+    tool_call_parser: ToolParserChoice,
+    /// Split `<think>...</think>` into `reasoning_content`: `think` or `none`.
+    #[arg(long, env = "PAGODA_REASONING_PARSER", default_value = "none")]
+    reasoning_parser: ReasoningParser,
     #[command(flatten)]
     engine: EngineArgs,
 }
@@ -59,6 +68,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         api_key: args.api_key.filter(|k| !k.is_empty()),
         max_request_bytes: args.max_request_bytes,
         shutdown_timeout: Duration::from_secs_f64(args.shutdown_timeout),
+        tool_call_parser: args.tool_call_parser,
+        reasoning_parser: args.reasoning_parser,
         ..ServerConfig::default()
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -7,6 +7,7 @@ use serde_json::{Map, Value, json};
 
 use crate::error::ApiError;
 use crate::state::Loaded;
+use crate::tools::ToolSetup;
 
 /// The prompt tokens of `messages`. `add_special_tokens: None` adds the BOS only when the
 /// template did not already write it (HF templates that start with `{{ bos_token }}` do).
@@ -16,13 +17,18 @@ pub fn chat_prompt(
     add_generation_prompt: bool,
     add_special_tokens: Option<bool>,
 ) -> Result<Vec<u32>, ApiError> {
-    let text = render(loaded, messages, add_generation_prompt)?;
+    let text = render(loaded, messages, add_generation_prompt, None)?;
+    Ok(tokenize(loaded, &text, add_special_tokens))
+}
+
+/// The rendered prompt's tokens.
+pub fn tokenize(loaded: &Loaded, text: &str, add_special_tokens: Option<bool>) -> Vec<u32> {
     let tok = &loaded.tokenizer;
     let add_special = add_special_tokens.unwrap_or_else(|| {
         let bos_text = tok.bos_id().map(|id| tok.token_to_piece(id)).unwrap_or("");
         bos_text.is_empty() || !text.starts_with(bos_text)
     });
-    Ok(tok.encode(&text, add_special, true))
+    tok.encode(text, add_special, true)
 }
 
 /// The rendered prompt text.
@@ -30,6 +36,7 @@ pub fn render(
     loaded: &Loaded,
     messages: &[ChatMessage],
     add_generation_prompt: bool,
+    tools: Option<&ToolSetup>,
 ) -> Result<String, ApiError> {
     if messages.is_empty() {
         return Err(ApiError::invalid(
@@ -42,9 +49,17 @@ pub fn render(
         .enumerate()
         .map(|(i, m)| message_json(i, m))
         .collect::<Result<_, _>>()?;
+    let (list, template_tools) = match tools {
+        Some(t) => (t.adapt_messages(list), t.template_tools()),
+        None => (list, None),
+    };
     loaded
         .template
-        .render_json(&Value::Array(list), None, add_generation_prompt)
+        .render_json(
+            &Value::Array(list),
+            template_tools.as_ref(),
+            add_generation_prompt,
+        )
         .map_err(|e| ApiError::invalid("messages", format!("cannot apply the chat template: {e}")))
 }
 
@@ -112,10 +127,18 @@ fn message_json(i: usize, m: &ChatMessage) -> Result<Value, ApiError> {
         obj.insert("name".into(), json!(name));
     }
     if let Some(calls) = &m.tool_calls {
-        obj.insert(
-            "tool_calls".into(),
-            serde_json::to_value(calls).unwrap_or(Value::Null),
-        );
+        // As vLLM hands them to templates: `arguments` as an object when it parses (Qwen 2.5's
+        // template writes `tool_call.arguments | tojson`, which would quote a string again).
+        let list: Vec<Value> = calls
+            .iter()
+            .map(|c| {
+                let args = serde_json::from_str::<Value>(&c.function.arguments)
+                    .unwrap_or_else(|_| json!(c.function.arguments));
+                json!({"id": c.id, "type": c.kind,
+                       "function": {"name": c.function.name, "arguments": args}})
+            })
+            .collect();
+        obj.insert("tool_calls".into(), Value::Array(list));
     }
     if let Some(id) = &m.tool_call_id {
         obj.insert("tool_call_id".into(), json!(id));

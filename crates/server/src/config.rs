@@ -1,7 +1,10 @@
-//! `ServerConfig`: the HTTP-side settings (model name, API key, body limit, drain timeout),
+//! `ServerConfig`: the HTTP-side settings (model name, API key, body limit, drain timeout, the
+//! tool-call and reasoning parsers),
 //! resolved values only; the command line that fills it lives in the `pagoda` binary.
 
 use std::time::Duration;
+
+use pagoda_frontend::{ReasoningParser, ToolParserChoice};
 
 /// Settings of the HTTP layer. The engine's own knobs are in `pagoda_model::EngineSetup`.
 #[derive(Clone, Debug)]
@@ -17,6 +20,11 @@ pub struct ServerConfig {
     pub shutdown_timeout: Duration,
     /// Outputs buffered per request before a reader that fell behind is cut off.
     pub output_buffer: usize,
+    /// How tool calls are written and parsed: from the chat template (`Auto`), a fixed format,
+    /// or `None` (requests with `tools` are refused).
+    pub tool_call_parser: ToolParserChoice,
+    /// Splits `<think>` reasoning from the content of chat answers.
+    pub reasoning_parser: ReasoningParser,
 }
 
 impl Default for ServerConfig {
@@ -27,6 +35,8 @@ impl Default for ServerConfig {
             max_request_bytes: 8 * 1024 * 1024,
             shutdown_timeout: Duration::from_secs(30),
             output_buffer: 1024,
+            tool_call_parser: ToolParserChoice::Auto,
+            reasoning_parser: ReasoningParser::None,
         }
     }
 }

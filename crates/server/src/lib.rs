@@ -7,8 +7,10 @@
 
 mod auth;
 mod body;
+mod chat_output;
 mod chat_prompt;
 pub mod config;
+mod constraints;
 pub mod error;
 mod generation;
 mod logprobs;
@@ -16,6 +18,7 @@ pub mod metrics;
 mod routes;
 pub mod state;
 mod stream;
+mod tools;
 mod validate;
 
 use std::future::Future;

@@ -9,9 +9,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use pagoda_core::engine::{EngineHandle, HandleOptions};
 use pagoda_core::{EngineRequest, SamplingParams};
-use pagoda_frontend::{ChatTemplate, Tokenizer};
+use pagoda_frontend::{ChatTemplate, Tokenizer, ToolCallFormat, ToolParserChoice};
 use pagoda_gguf::GgufFile;
 use pagoda_model::{EngineSetup, Model};
+use pagoda_structured::StructuredOutputs;
 use tokio::sync::Notify;
 
 use crate::auth;
@@ -50,6 +51,10 @@ pub struct Loaded {
     pub priority_scheduling: bool,
     /// The model file, for `/v1/models` `root`.
     pub model_path: String,
+    /// Compiles `response_format` / `structured_outputs` / tool grammars; shared with the engine.
+    pub structured: Arc<StructuredOutputs>,
+    /// The tool-call syntax of this model, `None` when tool calling is turned off.
+    pub tool_format: Option<ToolCallFormat>,
 }
 
 struct Inner {
@@ -102,9 +107,36 @@ impl AppState {
             Arc::new(Tokenizer::from_gguf(&file).map_err(|e| LoadError::Tokenizer(e.to_string()))?);
         let template =
             ChatTemplate::from_gguf(&file, None).map_err(|e| LoadError::Template(e.to_string()))?;
+        let tool_format = match self.0.config.tool_call_parser {
+            ToolParserChoice::Auto => Some(if template.renders_tools() {
+                ToolCallFormat::detect(template.text())
+            } else {
+                ToolCallFormat::Generic
+            }),
+            ToolParserChoice::None => None,
+            ToolParserChoice::Format(f) => Some(f),
+        };
+        tracing::info!(
+            tool_call_parser = tool_format.map_or("none", ToolCallFormat::name),
+            template_renders_tools = template.renders_tools(),
+            "tool calling"
+        );
+        let structured = Arc::new(StructuredOutputs::new(Arc::clone(&tokenizer)));
+        // The token trie and llguidance's parser factory take up to a second for a large
+        // vocabulary: build them off the start-up path (the first constrained request waits).
+        let warming = Arc::clone(&structured);
+        std::thread::Builder::new()
+            .name("pagoda-structured-warmup".into())
+            .spawn(move || {
+                if let Err(e) = warming.warm_up() {
+                    tracing::warn!("structured output is unavailable: {e}");
+                }
+            })?;
+        let mut setup = setup.clone();
+        setup.structured = Some(Arc::clone(&structured));
         let model = Model::load(file).map_err(|e| LoadError::Model(e.to_string()))?;
         let vocab_size = model.config().vocab_size;
-        let (core, report) = pagoda_model::build_engine(model, setup)
+        let (core, report) = pagoda_model::build_engine(model, &setup)
             .map_err(|e| LoadError::Model(e.to_string()))?;
         tracing::info!(
             num_blocks = report.num_blocks,
@@ -126,6 +158,8 @@ impl AppState {
             vocab_size,
             priority_scheduling: setup.scheduler.priority_scheduling,
             model_path: path.display().to_string(),
+            structured,
+            tool_format,
         };
         self.0
             .loaded

@@ -354,8 +354,12 @@ async fn every_bad_field_is_a_400_naming_it() {
         (json!({"prompt": [999999999]}), "prompt"),
         (json!({"prompt": {"a": 1}}), "prompt"),
         (
-            json!({"response_format": {"type": "json_object"}}),
-            "response_format",
+            json!({"response_format": {"type": "xml"}}),
+            "response_format.type",
+        ),
+        (
+            json!({"structured_outputs": {"choice": []}}),
+            "structured_outputs.choice",
         ),
         (json!({"bogus_field": 1}), "bogus_field"),
     ];
@@ -376,13 +380,11 @@ async fn every_bad_field_is_a_400_naming_it() {
             "top_logprobs",
         ),
         (json!({"max_completion_tokens": 0}), "max_completion_tokens"),
-        (
-            json!({"tools": [{"type": "function", "function": {"name": "f"}}]}),
-            "tools",
-        ),
+        (json!({"tools": [{"type": "function"}]}), "tools[0]"),
         (json!({"tool_choice": "auto"}), "tool_choice"),
+        (json!({"functions": [{"name": "f"}]}), "functions"),
         (
-            json!({"structured_outputs": {"json": {}}}),
+            json!({"structured_outputs": {"regex": "a("}}),
             "structured_outputs",
         ),
         (json!({"messages": []}), "messages"),

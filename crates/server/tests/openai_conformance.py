@@ -2,7 +2,8 @@
 """Conformance of pagoda's server with the official `openai` Python client (1.x).
 
 Drives a running server through `openai.OpenAI`: completions, chat, streaming, logprobs in
-both forms, n, stop, seed, max_tokens, and errors raised as the client's typed exceptions.
+both forms, n, stop, seed, max_tokens, tool calls (streamed too), response_format json_schema,
+and errors raised as the client's typed exceptions.
 Runs every check, prints one line per check, exits 1 if any failed (with the reasons).
 Started by crates/server/tests/openai_conformance.rs, which runs the real server in-process.
 
@@ -11,6 +12,7 @@ Usage: openai_conformance.py --base-url http://127.0.0.1:PORT/v1
 """
 
 import argparse
+import json
 import math
 import sys
 import time
@@ -409,6 +411,90 @@ def chat_content_as_text_parts(c):
                                                          {"type": "text", "text": "colors."}]}],
                  max_tokens=4, temperature=0)
     expect(two.choices[0].message.content, "empty content with two text parts")
+
+
+# ---------------------------------------------------------------------------------------
+# tools and structured output
+
+WEATHER_TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "Get the current weather in a city",
+    "parameters": {"type": "object",
+                   "properties": {"city": {"type": "string"},
+                                  "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+                   "required": ["city", "unit"]}}}
+WEATHER_ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+@check
+def chat_tool_calls_parse_and_stream_the_same(c):
+    kw = dict(messages=WEATHER_ASK, tools=[WEATHER_TOOL], tool_choice="required",
+              max_tokens=40, temperature=0)
+    r = c.chat(**kw)
+    ch = r.choices[0]
+    expect_eq(ch.finish_reason, "tool_calls", "finish_reason")
+    expect(ch.message.content is None, f"content {ch.message.content!r} next to the calls")
+    calls = ch.message.tool_calls or []
+    expect_eq(len(calls), 1, "number of tool calls")
+    call = calls[0]
+    expect(call.id.startswith("call_"), f"tool call id {call.id!r}")
+    expect_eq(call.type, "function", "tool call type")
+    expect_eq(call.function.name, "get_weather", "function name")
+    args = json.loads(call.function.arguments)
+    expect(isinstance(args.get("city"), str), f"arguments {args!r}")
+    expect(args.get("unit") in ("celsius", "fahrenheit"), f"arguments {args!r}")
+    # Streamed: delta.tool_calls pieces reassemble to the same call.
+    chunks = list(c.chat(stream=True, **kw))
+    pieces = {}
+    finish = None
+    for chunk in chunks:
+        if not chunk.choices:
+            continue
+        d = chunk.choices[0].delta
+        expect(not (d.content or "").strip(), f"content {d.content!r} in a tool-call stream")
+        for tc in d.tool_calls or []:
+            p = pieces.setdefault(tc.index, {"id": None, "name": "", "arguments": ""})
+            if tc.id:
+                p["id"] = tc.id
+            if tc.function and tc.function.name:
+                p["name"] += tc.function.name
+            if tc.function and tc.function.arguments:
+                p["arguments"] += tc.function.arguments
+        finish = chunk.choices[0].finish_reason or finish
+    expect_eq(finish, "tool_calls", "streamed finish_reason")
+    expect_eq(sorted(pieces), [0], "streamed tool-call indexes")
+    expect(pieces[0]["id"] and pieces[0]["id"].startswith("call_"), f"streamed id {pieces[0]}")
+    expect_eq((pieces[0]["name"], json.loads(pieces[0]["arguments"])),
+              (call.function.name, args), "streamed call")
+    # The call and its result go back into the conversation.
+    follow = WEATHER_ASK + [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": call.id, "type": "function",
+             "function": {"name": call.function.name, "arguments": call.function.arguments}}]},
+        {"role": "tool", "tool_call_id": call.id, "content": "21 degrees and sunny"}]
+    r2 = c.chat(messages=follow, tools=[WEATHER_TOOL], max_tokens=8, temperature=0)
+    expect(r2.choices[0].finish_reason in ("stop", "length", "tool_calls"),
+           f"follow-up finish_reason {r2.choices[0].finish_reason!r}")
+
+
+@check
+def chat_response_format_json_schema(c):
+    schema = {"type": "object",
+              "properties": {"name": {"type": "string", "maxLength": 16},
+                             "legs": {"type": "integer", "minimum": 0, "maximum": 8}},
+              "required": ["name", "legs"], "additionalProperties": False}
+    r = c.chat(messages=[{"role": "user", "content": "Describe a spider as JSON."}],
+               response_format={"type": "json_schema",
+                                "json_schema": {"name": "animal", "schema": schema, "strict": True}},
+               max_tokens=40, temperature=0)
+    expect_eq(r.choices[0].finish_reason, "stop", "finish_reason")
+    out = json.loads(r.choices[0].message.content)
+    expect(set(out) == {"name", "legs"} and isinstance(out["name"], str)
+           and isinstance(out["legs"], int) and 0 <= out["legs"] <= 8, f"output {out!r}")
+    expect_raises(openai.BadRequestError,
+                  lambda: c.chat(messages=STORY, max_tokens=2,
+                                 response_format={"type": "json_schema", "json_schema": {
+                                     "name": "x", "schema": {"type": "nonsense"}}}),
+                  "invalid schema", status=400, param="response_format")
 
 
 # ---------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 //! Paged attention over one layer's KV arena, for a batch mixing prefill chunks and decodes.
 //!
-//! Arena layout (f32), one for K and one for V:
+//! Arena layout, one for K and one for V, of f32 or f16 elements ([`KvElement`]; f16 halves the
+//! bytes attention reads and is llama.cpp's default KV type):
 //! ```text
 //! [num_blocks][num_kv_heads][block_size][head_dim]
 //!  block b = block_tables[s][pos / block_size], slot offset = pos % block_size
@@ -13,11 +14,15 @@
 //! needed keys once, in tiles of `KEY_TILE` positions: each tile of its kv head is read once for
 //! every query head that shares it (GQA) and every query of the chunk. Tiles are aligned to
 //! positions, not to blocks, so the float operations (and the result, bit for bit) do not depend
-//! on the block size; a tile that straddles blocks is gathered first. Blocks wholly outside the
+//! on the block size; a tile that straddles blocks (or any f16 tile) is gathered into f32 first,
+//! once per item, so the inner loops are the same for both element types. Blocks wholly outside the
 //! causal/window range are never touched. Items run on `parallel::run`; the scratch state is
 //! thread-local, so a steady-state call allocates nothing.
 
 use std::cell::RefCell;
+
+use half::f16;
+use half::slice::HalfFloatSliceExt;
 
 use crate::cpu::{SimdLevel, simd_level};
 use crate::ops::use_avx2;
@@ -34,7 +39,43 @@ const ROWS_PER_ITEM: usize = 32;
 /// size, so default-sized blocks need no gather.
 const KEY_TILE: usize = 16;
 
-/// Shape of one layer's KV arena: `[num_blocks][num_kv_heads][block_size][head_dim]` f32.
+/// Element type of a KV arena.
+pub trait KvElement: Copy + Default + Send + Sync + 'static {
+    /// The slice as f32 when it already is (read in place, no conversion).
+    fn as_f32(s: &[Self]) -> Option<&[f32]>;
+    /// `dst[i] = src[i]` widened to f32.
+    fn to_f32(src: &[Self], dst: &mut [f32]);
+    /// `dst[i] = src[i]` stored (f16: round to nearest even, as ggml's `GGML_FP32_TO_FP16`).
+    fn from_f32(src: &[f32], dst: &mut [Self]);
+}
+
+impl KvElement for f32 {
+    fn as_f32(s: &[Self]) -> Option<&[f32]> {
+        Some(s)
+    }
+    fn to_f32(src: &[Self], dst: &mut [f32]) {
+        dst.copy_from_slice(src);
+    }
+    fn from_f32(src: &[f32], dst: &mut [Self]) {
+        dst.copy_from_slice(src);
+    }
+}
+
+/// `half` converts slices with F16C when the CPU has it (run-time detection) and in software
+/// otherwise; both round to nearest even, so the stored values do not depend on the CPU.
+impl KvElement for f16 {
+    fn as_f32(_: &[Self]) -> Option<&[f32]> {
+        None
+    }
+    fn to_f32(src: &[Self], dst: &mut [f32]) {
+        src.convert_to_f32_slice(dst);
+    }
+    fn from_f32(src: &[f32], dst: &mut [Self]) {
+        dst.convert_from_f32_slice(src);
+    }
+}
+
+/// Shape of one layer's KV arena: `[num_blocks][num_kv_heads][block_size][head_dim]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KvLayout {
     /// Blocks in the arena.
@@ -48,7 +89,7 @@ pub struct KvLayout {
 }
 
 impl KvLayout {
-    /// Floats in one arena (K or V).
+    /// Elements in one arena (K or V).
     pub fn arena_len(&self) -> usize {
         self.num_blocks * self.num_kv_heads * self.block_size * self.head_dim
     }
@@ -69,10 +110,10 @@ pub struct AttnBatch<'a> {
 
 /// Writes token `t`'s k and v (`[T][num_kv_heads * head_dim]`) to slot `slot_mapping[t]`
 /// (`= block * block_size + offset`).
-pub fn write_kv(
+pub fn write_kv<T: KvElement>(
     layout: &KvLayout,
-    k_cache: &mut [f32],
-    v_cache: &mut [f32],
+    k_cache: &mut [T],
+    v_cache: &mut [T],
     slot_mapping: &[u32],
     k: &[f32],
     v: &[f32],
@@ -99,8 +140,8 @@ pub fn write_kv(
         );
         for h in 0..nkv {
             let dst = ((block * nkv + h) * bs + offset) * hd;
-            k_cache[dst..dst + hd].copy_from_slice(&k_tok[h * hd..(h + 1) * hd]);
-            v_cache[dst..dst + hd].copy_from_slice(&v_tok[h * hd..(h + 1) * hd]);
+            T::from_f32(&k_tok[h * hd..(h + 1) * hd], &mut k_cache[dst..dst + hd]);
+            T::from_f32(&v_tok[h * hd..(h + 1) * hd], &mut v_cache[dst..dst + hd]);
         }
     }
 }
@@ -108,10 +149,10 @@ pub fn write_kv(
 /// Causal paged attention: `out = softmax(q k^T * scale + mask) v` per request and head.
 /// `q`, `out`: `[T][n_heads * head_dim]`; query head `h` reads kv head `h / (n_heads / num_kv_heads)`.
 #[allow(clippy::too_many_arguments)] // the signature is the model<->kernel contract
-pub fn paged_attention(
+pub fn paged_attention<T: KvElement>(
     layout: &KvLayout,
-    k_cache: &[f32],
-    v_cache: &[f32],
+    k_cache: &[T],
+    v_cache: &[T],
     batch: &AttnBatch,
     q: &[f32],
     n_heads: usize,
@@ -135,11 +176,11 @@ pub fn paged_attention(
 
 /// [`paged_attention`] on an explicit SIMD level.
 #[allow(clippy::too_many_arguments)]
-pub fn paged_attention_with(
+pub fn paged_attention_with<T: KvElement>(
     level: SimdLevel,
     layout: &KvLayout,
-    k_cache: &[f32],
-    v_cache: &[f32],
+    k_cache: &[T],
+    v_cache: &[T],
     batch: &AttnBatch,
     q: &[f32],
     n_heads: usize,
@@ -249,10 +290,10 @@ thread_local! {
 
 /// Everything a work item reads; shared by reference across the pool. It is `Sync` because all
 /// fields are shared slices or plain values, except `out`, whose writes are disjoint (below).
-struct Job<'a> {
+struct Job<'a, T> {
     layout: KvLayout,
-    k_cache: &'a [f32],
-    v_cache: &'a [f32],
+    k_cache: &'a [T],
+    v_cache: &'a [T],
     batch: &'a AttnBatch<'a>,
     q: &'a [f32],
     n_heads: usize,
@@ -286,7 +327,7 @@ thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
 }
 
-impl Job<'_> {
+impl<T: KvElement> Job<'_, T> {
     fn q_len(&self, s: usize) -> usize {
         (self.batch.query_start_loc[s + 1] - self.batch.query_start_loc[s]) as usize
     }
@@ -355,18 +396,26 @@ impl Job<'_> {
                 // Keys this item needs from the tile: [t_lo, t_hi).
                 let t_lo = (tile * KEY_TILE).max(key_lo);
                 let t_hi = ((tile + 1) * KEY_TILE).min(last_pos + 1);
-                let (k_run, v_run) = if t_lo / bs == (t_hi - 1) / bs {
-                    // Within one block: read the arena in place.
-                    let base = ((table[t_lo / bs] as usize * nkv + g) * bs + t_lo % bs) * hd;
-                    let n = (t_hi - t_lo) * hd;
-                    (&self.k_cache[base..base + n], &self.v_cache[base..base + n])
+                let n = (t_hi - t_lo) * hd;
+                let in_block = t_lo / bs == (t_hi - 1) / bs;
+                let base = ((table[t_lo / bs] as usize * nkv + g) * bs + t_lo % bs) * hd;
+                let (k_run, v_run) = if in_block {
+                    let (k, v) = (&self.k_cache[base..base + n], &self.v_cache[base..base + n]);
+                    match T::as_f32(k).zip(T::as_f32(v)) {
+                        // Within one block of f32: read the arena in place.
+                        Some(kv) => kv,
+                        None => {
+                            T::to_f32(k, &mut k_tile[..n]);
+                            T::to_f32(v, &mut v_tile[..n]);
+                            (&k_tile[..n], &v_tile[..n])
+                        }
+                    }
                 } else {
                     for (i, pos) in (t_lo..t_hi).enumerate() {
                         let at = ((table[pos / bs] as usize * nkv + g) * bs + pos % bs) * hd;
-                        k_tile[i * hd..(i + 1) * hd].copy_from_slice(&self.k_cache[at..at + hd]);
-                        v_tile[i * hd..(i + 1) * hd].copy_from_slice(&self.v_cache[at..at + hd]);
+                        T::to_f32(&self.k_cache[at..at + hd], &mut k_tile[i * hd..][..hd]);
+                        T::to_f32(&self.v_cache[at..at + hd], &mut v_tile[i * hd..][..hd]);
                     }
-                    let n = (t_hi - t_lo) * hd;
                     (&k_tile[..n], &v_tile[..n])
                 };
                 for qi in 0..nq {

@@ -12,7 +12,8 @@ use pagoda_kernels::attention::{self, AttnBatch};
 use pagoda_kernels::matmul::MatmulScratch;
 use pagoda_kernels::ops::{self, Rope};
 
-use crate::config::{Architecture, ModelConfig};
+use crate::config::{Architecture, KvCacheDtype, ModelConfig};
+use crate::kv_cache::Arenas;
 use crate::weights::{Linear, Matrix, Weights};
 use crate::{ForwardBatch, KvCache, ModelError};
 
@@ -40,6 +41,8 @@ pub(crate) struct Attention {
     q: Linear,
     k: Linear,
     v: Linear,
+    /// q, k and v stacked (`[q_dim + 2 kv_dim]` rows) when their types allow: one matmul.
+    qkv: Option<Linear>,
     o: Linear,
     /// Per-head RMSNorm weights of q and k (Gemma 3).
     q_norm: Option<Vec<f32>>,
@@ -50,6 +53,8 @@ pub(crate) struct Attention {
 pub(crate) struct Ffn {
     gate: Linear,
     up: Linear,
+    /// gate and up stacked (`[2 ffn_dim]` rows) when their types allow: one matmul.
+    gate_up: Option<Linear>,
     down: Linear,
 }
 
@@ -73,6 +78,8 @@ pub struct ForwardScratch {
     gate: Vec<f32>,
     up: Vec<f32>,
     selected: Vec<f32>,
+    /// Output of a stacked projection (qkv or gate/up), `[t][rows]`.
+    stacked: Vec<f32>,
     pub(crate) logits: Vec<f32>,
     pub(crate) matmul: MatmulScratch,
 }
@@ -135,6 +142,11 @@ impl Model {
 
     pub fn config(&self) -> &ModelConfig {
         &self.config
+    }
+
+    /// Chooses what KV caches built for this model store (before the executor is built).
+    pub fn set_kv_cache_dtype(&mut self, dtype: KvCacheDtype) {
+        self.config.kv_cache_dtype = dtype;
     }
 
     /// The GGUF the weights live in (tokenizer metadata is read from here too).
@@ -207,12 +219,26 @@ impl Model {
         let c = &self.config;
         let t = batch.num_tokens();
         let (qd, kvd) = (c.q_dim(), c.kv_dim());
-        let q = ensure(&mut s.q, t * qd);
-        self.weights.forward(&a.q, h, t, q, &mut s.matmul);
-        let k = ensure(&mut s.k, t * kvd);
-        self.weights.forward(&a.k, h, t, k, &mut s.matmul);
-        let v = ensure(&mut s.v, t * kvd);
-        self.weights.forward(&a.v, h, t, v, &mut s.matmul);
+        if let Some(qkv) = &a.qkv {
+            let w = qd + 2 * kvd;
+            let y = ensure(&mut s.stacked, t * w);
+            self.weights.forward(qkv, h, t, y, &mut s.matmul);
+            let q = ensure(&mut s.q, t * qd);
+            let k = ensure(&mut s.k, t * kvd);
+            let v = ensure(&mut s.v, t * kvd);
+            for (r, row) in y.chunks_exact(w).enumerate() {
+                q[r * qd..][..qd].copy_from_slice(&row[..qd]);
+                k[r * kvd..][..kvd].copy_from_slice(&row[qd..qd + kvd]);
+                v[r * kvd..][..kvd].copy_from_slice(&row[qd + kvd..]);
+            }
+        } else {
+            let q = ensure(&mut s.q, t * qd);
+            self.weights.forward(&a.q, h, t, q, &mut s.matmul);
+            let k = ensure(&mut s.k, t * kvd);
+            self.weights.forward(&a.k, h, t, k, &mut s.matmul);
+            let v = ensure(&mut s.v, t * kvd);
+            self.weights.forward(&a.v, h, t, v, &mut s.matmul);
+        }
         let (q, k, v) = (&mut s.q[..t * qd], &mut s.k[..t * kvd], &s.v[..t * kvd]);
         if let Some(w) = &a.q_norm {
             ops::rms_norm_rows(q, w, c.rms_eps);
@@ -227,8 +253,6 @@ impl Model {
             rope.apply(&mut k[i * kvd..][..kvd], c.n_kv_heads, pos);
         }
         let layout = *kv.layout();
-        let (k_cache, v_cache) = kv.layer_mut(il);
-        attention::write_kv(&layout, k_cache, v_cache, &batch.slot_mapping, k, v);
         let attn_batch = AttnBatch {
             query_start_loc: &batch.query_start_loc,
             seq_lens: &batch.seq_lens,
@@ -237,17 +261,39 @@ impl Model {
         };
         let window = if swa { c.sliding_window } else { None };
         let attn = ensure(&mut s.attn, t * qd);
-        attention::paged_attention(
-            &layout,
-            k_cache,
-            v_cache,
-            &attn_batch,
-            q,
-            c.n_heads,
-            c.attn_scale,
-            window,
-            attn,
-        );
+        let (nh, scale, slots) = (c.n_heads, c.attn_scale, &batch.slot_mapping);
+        match kv.arenas_mut() {
+            Arenas::F32 { k: kc, v: vc } => {
+                let (kc, vc) = (&mut kc[il], &mut vc[il]);
+                attention::write_kv(&layout, kc, vc, slots, k, v);
+                attention::paged_attention(
+                    &layout,
+                    kc,
+                    vc,
+                    &attn_batch,
+                    q,
+                    nh,
+                    scale,
+                    window,
+                    attn,
+                );
+            }
+            Arenas::F16 { k: kc, v: vc } => {
+                let (kc, vc) = (&mut kc[il], &mut vc[il]);
+                attention::write_kv(&layout, kc, vc, slots, k, v);
+                attention::paged_attention(
+                    &layout,
+                    kc,
+                    vc,
+                    &attn_batch,
+                    q,
+                    nh,
+                    scale,
+                    window,
+                    attn,
+                );
+            }
+        }
         self.weights
             .forward(&a.o, &s.attn[..t * qd], t, out, &mut s.matmul);
     }
@@ -263,14 +309,33 @@ impl Model {
         s: &mut ForwardScratch,
     ) {
         let n = self.config.ffn_dim;
+        let gated = |g: &mut [f32], u: &[f32]| match act {
+            Activation::Silu => ops::silu_mul(g, u),
+            Activation::GeluTanh => ops::gelu_tanh_mul(g, u),
+        };
+        if let Some(gate_up) = &f.gate_up {
+            let y = ensure(&mut s.stacked, t * 2 * n);
+            self.weights.forward(gate_up, h, t, y, &mut s.matmul);
+            for row in y.chunks_exact_mut(2 * n) {
+                let (g, u) = row.split_at_mut(n);
+                gated(g, u);
+            }
+            // Pack the gated halves into `[t][n]` for the down projection (row r moves to
+            // r * n <= r * 2n, so front-to-back copies never overwrite unread data).
+            for r in 1..t {
+                y.copy_within(r * 2 * n..r * 2 * n + n, r * n);
+            }
+            self.weights
+                .forward(&f.down, &s.stacked[..t * n], t, out, &mut s.matmul);
+            return;
+        }
         let gate = ensure(&mut s.gate, t * n);
         self.weights.forward(&f.gate, h, t, gate, &mut s.matmul);
         let up = ensure(&mut s.up, t * n);
         self.weights.forward(&f.up, h, t, up, &mut s.matmul);
         let (gate, up) = (&mut s.gate[..t * n], &s.up[..t * n]);
-        match act {
-            Activation::Silu => ops::silu_mul(gate, up),
-            Activation::GeluTanh => ops::gelu_tanh_mul(gate, up),
+        for (g, u) in gate.chunks_exact_mut(n).zip(up.chunks_exact(n)) {
+            gated(g, u);
         }
         self.weights
             .forward(&f.down, &s.gate[..t * n], t, out, &mut s.matmul);
@@ -297,10 +362,14 @@ impl Attention {
         } else {
             (None, None)
         };
+        let q = w.linear(&format!("{p}.attn_q"), qd, c.d_model, qkv_bias)?;
+        let k = w.linear(&format!("{p}.attn_k"), kvd, c.d_model, qkv_bias)?;
+        let v = w.linear(&format!("{p}.attn_v"), kvd, c.d_model, qkv_bias)?;
         Ok(Self {
-            q: w.linear(&format!("{p}.attn_q"), qd, c.d_model, qkv_bias)?,
-            k: w.linear(&format!("{p}.attn_k"), kvd, c.d_model, qkv_bias)?,
-            v: w.linear(&format!("{p}.attn_v"), kvd, c.d_model, qkv_bias)?,
+            qkv: w.stacked(&[&q, &k, &v]),
+            q,
+            k,
+            v,
             o: w.linear(&format!("{p}.attn_output"), c.d_model, qd, false)?,
             q_norm,
             k_norm,
@@ -312,9 +381,12 @@ impl Ffn {
     /// Loads `blk.{il}.ffn_{gate,up,down}`.
     pub(crate) fn load(w: &Weights, c: &ModelConfig, il: usize) -> Result<Self, ModelError> {
         let p = format!("blk.{il}");
+        let gate = w.linear(&format!("{p}.ffn_gate"), c.ffn_dim, c.d_model, false)?;
+        let up = w.linear(&format!("{p}.ffn_up"), c.ffn_dim, c.d_model, false)?;
         Ok(Self {
-            gate: w.linear(&format!("{p}.ffn_gate"), c.ffn_dim, c.d_model, false)?,
-            up: w.linear(&format!("{p}.ffn_up"), c.ffn_dim, c.d_model, false)?,
+            gate_up: w.stacked(&[&gate, &up]),
+            gate,
+            up,
             down: w.linear(&format!("{p}.ffn_down"), c.d_model, c.ffn_dim, false)?,
         })
     }

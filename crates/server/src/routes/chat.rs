@@ -8,17 +8,21 @@ use axum::response::{IntoResponse, Response};
 use futures_util::stream;
 use pagoda_protocol::{
     ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest,
-    ChatCompletionResponse, ChatDelta, ChatLogprobs, ChatMessage, MessageContent, Role, Usage,
+    ChatCompletionResponse, ChatDelta, ChatLogprobs, ChatMessage, FinishReason, FunctionCallDelta,
+    MessageContent, Role, ToolCallDelta, Usage,
 };
 
 use crate::body::JsonBody;
-use crate::chat_prompt::{chat_prompt, content_text};
+use crate::chat_output::{ChoiceOutput, Split};
+use crate::chat_prompt::{content_text, render, tokenize};
+use crate::constraints;
 use crate::error::ApiError;
 use crate::generation::{ChoiceUpdate, Generation};
 use crate::logprobs;
 use crate::routes::{now_secs, random_id, run_blocking};
 use crate::state::{AppState, InFlight};
 use crate::stream as sse;
+use crate::tools;
 use crate::validate::{self, GenRequest, SamplingFields};
 
 struct Prepared {
@@ -26,6 +30,9 @@ struct Prepared {
     logprobs: bool,
     /// With `echo`: the final assistant message's text, put before the output.
     echo_text: Option<String>,
+    /// The syntax to parse tool calls in, when the request has tools.
+    tool_format: Option<pagoda_frontend::ToolCallFormat>,
+    prompt_text: String,
 }
 
 pub async fn chat_completions(
@@ -52,6 +59,15 @@ async fn run(state: AppState, req: ChatCompletionRequest) -> Result<Response, Ap
         logprobs: prepared.logprobs,
         echo_text: prepared.echo_text.clone(),
         echoed: vec![false; generation.num_choices()],
+        outputs: (0..generation.num_choices())
+            .map(|_| {
+                ChoiceOutput::new(
+                    state.config().reasoning_parser,
+                    prepared.tool_format,
+                    &prepared.prompt_text,
+                )
+            })
+            .collect(),
     };
     if prepared.request.stream {
         Ok(sse::sse_response(events(
@@ -72,24 +88,42 @@ fn prepare(state: &AppState, req: ChatCompletionRequest) -> Result<Prepared, Api
     validate::check_model(state, &req.model)?;
     let loaded = state.loaded()?;
     let later = "not supported yet";
-    validate::refuse("tools", &req.tools, later)?;
-    if req
-        .tool_choice
-        .as_ref()
-        .is_some_and(|c| c.as_str() != Some("none"))
-    {
-        return Err(ApiError::unsupported("tool_choice", later));
+    validate::refuse(
+        "functions",
+        &req.functions,
+        "deprecated by OpenAI; use `tools`",
+    )?;
+    validate::refuse(
+        "function_call",
+        &req.function_call,
+        "deprecated by OpenAI; use `tool_choice`",
+    )?;
+    if req.parallel_tool_calls == Some(false) {
+        return Err(ApiError::unsupported(
+            "parallel_tool_calls",
+            "calls are not limited to one per turn",
+        ));
     }
-    validate::refuse("functions", &req.functions, later)?;
-    validate::refuse("function_call", &req.function_call, later)?;
-    validate::refuse("structured_outputs", &req.structured_outputs, later)?;
-    if req
-        .response_format
-        .as_ref()
-        .is_some_and(|f| f.get("type").and_then(|t| t.as_str()) != Some("text"))
-    {
-        return Err(ApiError::unsupported("response_format", later));
-    }
+    let tools = tools::parse(loaded, req.tools.as_ref(), req.tool_choice.as_ref())?;
+    let requested = constraints::requested(
+        req.response_format.as_ref(),
+        req.structured_outputs.as_ref(),
+    )?;
+    let tool_constraint = match &tools {
+        Some(t) => t.constraint()?,
+        None => None,
+    };
+    let constraint = match (requested, tool_constraint) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::invalid(
+                "tool_choice",
+                "a constrained `tool_choice` cannot be combined with `response_format` or `structured_outputs`",
+            ));
+        }
+        (Some((c, field)), None) => Some(constraints::compile(loaded, c, field)?),
+        (None, Some(c)) => Some(constraints::compile(loaded, c, "tools")?),
+        (None, None) => None,
+    };
     if req.store == Some(true) {
         return Err(ApiError::unsupported(
             "store",
@@ -151,12 +185,13 @@ fn prepare(state: &AppState, req: ChatCompletionRequest) -> Result<Prepared, Api
         (true, t) => Some(t.unwrap_or(0)),
         (false, None) => None,
     };
-    let prompt = chat_prompt(
+    let prompt_text = render(
         loaded,
         &req.messages,
         req.add_generation_prompt.unwrap_or(true),
-        req.add_special_tokens,
+        tools.as_ref(),
     )?;
+    let prompt = tokenize(loaded, &prompt_text, req.add_special_tokens);
     let echo_text = match (req.echo.unwrap_or(false), req.messages.last()) {
         (true, Some(m)) if m.role == Role::Assistant => match &m.content {
             Some(c) => Some(content_text(req.messages.len() - 1, c)?),
@@ -198,11 +233,14 @@ fn prepare(state: &AppState, req: ChatCompletionRequest) -> Result<Prepared, Api
             .as_ref()
             .and_then(|o| o.continuous_usage_stats),
     };
-    let request = validate::build(state, loaded, &fields, vec![prompt])?;
+    let mut request = validate::build(state, loaded, &fields, vec![prompt])?;
+    request.params.constraint = constraint;
     Ok(Prepared {
         request,
         logprobs,
         echo_text,
+        tool_format: tools.as_ref().map(|t| t.format),
+        prompt_text,
     })
 }
 
@@ -214,25 +252,38 @@ struct Formatter {
     logprobs: bool,
     echo_text: Option<String>,
     echoed: Vec<bool>,
+    /// Per choice: reasoning and tool-call parsing of the text.
+    outputs: Vec<ChoiceOutput>,
 }
 
 impl Formatter {
-    /// The update's text (echo first) and logprobs.
-    fn parts(&mut self, u: &ChoiceUpdate) -> (String, Option<ChatLogprobs>) {
-        let mut text = String::new();
+    /// The update's text split into content (echo first), reasoning and calls (the parsers
+    /// flushed when the choice ends), its logprobs, and the finish reason: `tool_calls` when
+    /// the choice called tools and stopped on its own.
+    fn parts(&mut self, u: &ChoiceUpdate) -> (Split, Option<ChatLogprobs>, Option<FinishReason>) {
         let i = u.index as usize;
+        let mut split = self.outputs[i].push(&u.text);
+        if u.finish.is_some() {
+            let tail = self.outputs[i].finish();
+            split.content.push_str(&tail.content);
+            split.reasoning.push_str(&tail.reasoning);
+            split.calls.extend(tail.calls);
+        }
         if let Some(e) = &self.echo_text
             && !self.echoed[i]
         {
             self.echoed[i] = true;
-            text.push_str(e);
+            split.content.insert_str(0, e);
         }
-        text.push_str(&u.text);
         let lp = match (self.logprobs, self.state.loaded()) {
             (true, Ok(l)) => Some(logprobs::chat(&l.tokenizer, &u.logprobs)),
             _ => None,
         };
-        (text, lp)
+        let finish = u.finish.as_ref().map(|f| match f.reason {
+            FinishReason::Stop if self.outputs[i].num_calls() > 0 => FinishReason::ToolCalls,
+            r => r,
+        });
+        (split, lp, finish)
     }
 
     fn chunk(&self, choices: Vec<ChatChunkChoice>, usage: Option<Usage>) -> ChatCompletionChunk {
@@ -248,24 +299,56 @@ impl Formatter {
         }
     }
 
-    /// The SSE events of one update: a content chunk if it adds text, a finish chunk if it ends.
+    /// The SSE events of one update: a content / reasoning chunk if it adds text, two chunks
+    /// per completed tool call (id, type and name; then the arguments), a finish chunk if it
+    /// ends.
     fn events(&mut self, u: ChoiceUpdate) -> String {
-        let (text, lp) = self.parts(&u);
+        let (split, lp, finish) = self.parts(&u);
         let mut out = String::new();
-        if !text.is_empty()
-            || lp
-                .as_ref()
-                .is_some_and(|l| l.content.as_ref().is_some_and(|c| !c.is_empty()))
-        {
+        let has_lp = lp
+            .as_ref()
+            .is_some_and(|l| l.content.as_ref().is_some_and(|c| !c.is_empty()));
+        if !split.content.is_empty() || !split.reasoning.is_empty() || has_lp {
             let delta = ChatDelta {
-                content: Some(text),
+                content: (!split.content.is_empty() || split.reasoning.is_empty())
+                    .then_some(split.content),
+                reasoning_content: (!split.reasoning.is_empty()).then_some(split.reasoning),
                 ..Default::default()
             };
             let choice = chunk_choice(u.index, delta, lp, None);
             out.push_str(&sse::data(&self.chunk(vec![choice], None)));
         }
-        if let Some(f) = u.finish {
-            let mut choice = chunk_choice(u.index, ChatDelta::default(), None, Some(f.reason));
+        for (index, call) in split.calls {
+            let head = ToolCallDelta {
+                index,
+                id: Some(call.id),
+                kind: Some(call.kind),
+                function: Some(FunctionCallDelta {
+                    name: Some(call.function.name),
+                    arguments: Some(String::new()),
+                }),
+            };
+            let args = ToolCallDelta {
+                index,
+                id: None,
+                kind: None,
+                function: Some(FunctionCallDelta {
+                    name: None,
+                    arguments: Some(call.function.arguments),
+                }),
+            };
+            for piece in [head, args] {
+                let delta = ChatDelta {
+                    tool_calls: Some(vec![piece]),
+                    ..Default::default()
+                };
+                out.push_str(&sse::data(
+                    &self.chunk(vec![chunk_choice(u.index, delta, None, None)], None),
+                ));
+            }
+        }
+        if let (Some(f), Some(reason)) = (u.finish, finish) {
+            let mut choice = chunk_choice(u.index, ChatDelta::default(), None, Some(reason));
             choice.stop_reason = f.stop_reason;
             out.push_str(&sse::data(&self.chunk(vec![choice], None)));
         }
@@ -277,7 +360,7 @@ fn chunk_choice(
     index: u32,
     delta: ChatDelta,
     logprobs: Option<ChatLogprobs>,
-    finish_reason: Option<pagoda_protocol::FinishReason>,
+    finish_reason: Option<FinishReason>,
 ) -> ChatChunkChoice {
     ChatChunkChoice {
         index,
@@ -303,22 +386,39 @@ async fn collect(
             stop_reason: None,
         })
         .collect();
+    let mut reasoning: Vec<String> = vec![String::new(); choices.len()];
+    let mut calls: Vec<Vec<pagoda_protocol::ToolCall>> = vec![Vec::new(); choices.len()];
     while let Some(item) = generation.next().await {
         let u = item?;
-        let (text, lp) = fmt.parts(&u);
-        let c = &mut choices[u.index as usize];
+        let (split, lp, finish) = fmt.parts(&u);
+        let i = u.index as usize;
+        let c = &mut choices[i];
         if let Some(MessageContent::Text(t)) = c.message.content.as_mut() {
-            t.push_str(&text);
+            t.push_str(&split.content);
         }
+        reasoning[i].push_str(&split.reasoning);
+        calls[i].extend(split.calls.into_iter().map(|(_, call)| call));
         if let (Some(all), Some(new)) = (
             c.logprobs.as_mut().and_then(|l| l.content.as_mut()),
             lp.and_then(|l| l.content),
         ) {
             all.extend(new);
         }
-        if let Some(f) = u.finish {
-            c.finish_reason = Some(f.reason);
+        if let (Some(f), Some(reason)) = (u.finish, finish) {
+            c.finish_reason = Some(reason);
             c.stop_reason = f.stop_reason;
+        }
+    }
+    for ((c, r), calls) in choices.iter_mut().zip(reasoning).zip(calls) {
+        if !r.is_empty() {
+            c.message.reasoning_content = Some(r);
+        }
+        if !calls.is_empty() {
+            // OpenAI: content is null when the reply is only calls.
+            if matches!(&c.message.content, Some(MessageContent::Text(t)) if t.is_empty()) {
+                c.message.content = None;
+            }
+            c.message.tool_calls = Some(calls);
         }
     }
     Ok(ChatCompletionResponse {

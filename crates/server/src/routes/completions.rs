@@ -11,6 +11,7 @@ use pagoda_protocol::{
 };
 
 use crate::body::JsonBody;
+use crate::constraints;
 use crate::error::ApiError;
 use crate::generation::{ChoiceUpdate, Generation};
 use crate::logprobs;
@@ -77,21 +78,13 @@ fn prepare(state: &AppState, req: CompletionRequest) -> Result<Prepared, ApiErro
             "insertion is not supported",
         ));
     }
-    validate::refuse(
-        "structured_outputs",
-        &req.structured_outputs,
-        "not supported yet",
-    )?;
-    if req
-        .response_format
-        .as_ref()
-        .is_some_and(|f| f.get("type").and_then(|t| t.as_str()) != Some("text"))
-    {
-        return Err(ApiError::unsupported(
-            "response_format",
-            "not supported yet",
-        ));
-    }
+    let constraint = match constraints::requested(
+        req.response_format.as_ref(),
+        req.structured_outputs.as_ref(),
+    )? {
+        Some((c, field)) => Some(constraints::compile(loaded, c, field)?),
+        None => None,
+    };
     validate::refuse(
         "prompt_logprobs",
         &req.prompt_logprobs,
@@ -152,6 +145,7 @@ fn prepare(state: &AppState, req: CompletionRequest) -> Result<Prepared, ApiErro
             .and_then(|o| o.continuous_usage_stats),
     };
     let mut request = validate::build(state, loaded, &fields, prompts)?;
+    request.params.constraint = constraint;
     let echo = req.echo.unwrap_or(false);
     if echo && req.logprobs.is_some() {
         request.params.prompt_logprobs = req.logprobs;

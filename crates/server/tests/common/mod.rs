@@ -15,13 +15,21 @@ use serde_json::Value;
 
 pub const MODEL: &str = "smol";
 
-pub fn model_path() -> PathBuf {
-    let dir = std::env::var_os("PAGODA_MODEL_DIR")
+pub fn model_dir() -> PathBuf {
+    std::env::var_os("PAGODA_MODEL_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
             PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/pagoda/models")
-        });
-    dir.join("SmolLM2-135M-Instruct.Q4_1.gguf")
+        })
+}
+
+pub fn model_path() -> PathBuf {
+    model_dir().join("SmolLM2-135M-Instruct.Q4_1.gguf")
+}
+
+/// The tool-trained third model (Qwen2.5-Coder-0.5B-Instruct, its own Hermes-style template).
+pub fn qwen_path() -> PathBuf {
+    model_dir().join("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
 }
 
 /// A small engine: a 64 MiB KV pool and a 1024-token context keep start-up fast.
@@ -49,6 +57,11 @@ pub struct TestServer {
 
 impl TestServer {
     pub fn start(setup: EngineSetup, config: ServerConfig) -> Self {
+        Self::start_model(model_path(), setup, config)
+    }
+
+    /// A server for the model at `path`.
+    pub fn start_model(path: PathBuf, setup: EngineSetup, config: ServerConfig) -> Self {
         let (addr_tx, addr_rx) = std::sync::mpsc::channel();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let (done_tx, done_rx) = std::sync::mpsc::channel();
@@ -61,7 +74,6 @@ impl TestServer {
             rt.block_on(async move {
                 let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
                 let addr = listener.local_addr().unwrap();
-                let path = model_path();
                 let state =
                     tokio::task::spawn_blocking(move || pagoda_server::load(&path, &setup, config))
                         .await

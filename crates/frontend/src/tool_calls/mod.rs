@@ -1,0 +1,223 @@
+//! Tool calling on the text side: which syntax a model writes its calls in (chosen from the chat
+//! template, or by `--tool-call-parser`), incremental parsers that split generated text into
+//! content and complete calls, the generic prompt format for templates that ignore `tools`, and
+//! the Lark grammars that force a valid call for `tool_choice` required / named.
+
+mod generic;
+mod grammar;
+mod hermes;
+
+use std::fmt;
+use std::str::FromStr;
+
+pub use generic::{GENERIC_SYSTEM_HEADER, generic_history, generic_system_prompt};
+pub use grammar::{ToolGrammarError, tool_call_grammar};
+
+/// A call the model made, arguments as compact JSON text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParsedToolCall {
+    pub name: String,
+    /// The arguments object serialized as JSON (`"{}"` when the model gave none).
+    pub arguments: String,
+}
+
+/// What a piece of generated text turned out to be.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ToolEvent {
+    /// Text outside any call, for `content`.
+    Content(String),
+    /// A complete call (the `index`-th of this generation).
+    Call { index: usize, call: ParsedToolCall },
+}
+
+/// The syntax a model writes tool calls in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ToolCallFormat {
+    /// `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` (Hermes, Qwen 2.5).
+    Hermes,
+    /// The whole reply is `{"tool_call": {"name", "arguments"}}`, `{"tool_calls": [...]}` or
+    /// `{"response": "..."}` (llama.cpp's generic handler), for templates without tool support;
+    /// the tools reach the model through [`generic_system_prompt`].
+    Generic,
+}
+
+impl ToolCallFormat {
+    /// The parser a template calls for: Hermes when it mentions `<tool_call>`, else generic.
+    pub fn detect(template_text: &str) -> Self {
+        if template_text.contains("<tool_call>") {
+            Self::Hermes
+        } else {
+            Self::Generic
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Hermes => "hermes",
+            Self::Generic => "generic",
+        }
+    }
+}
+
+impl fmt::Display for ToolCallFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// `--tool-call-parser`: a format, `none` (tool calls are refused), or `auto` (from the template).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ToolParserChoice {
+    #[default]
+    Auto,
+    None,
+    Format(ToolCallFormat),
+}
+
+impl FromStr for ToolParserChoice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "none" => Ok(Self::None),
+            "hermes" => Ok(Self::Format(ToolCallFormat::Hermes)),
+            "generic" => Ok(Self::Format(ToolCallFormat::Generic)),
+            other => Err(format!(
+                "unknown tool-call parser {other:?} (expected auto, hermes, generic or none)"
+            )),
+        }
+    }
+}
+
+/// Splits a generation's text, pushed piece by piece, into content and tool calls. Text that
+/// might still turn into call markup is held back, so no markup leaks into content.
+#[derive(Debug)]
+pub struct ToolCallStream {
+    inner: Inner,
+    calls: usize,
+}
+
+#[derive(Debug)]
+enum Inner {
+    Hermes(hermes::HermesParser),
+    Generic(generic::GenericParser),
+}
+
+impl ToolCallStream {
+    pub fn new(format: ToolCallFormat) -> Self {
+        let inner = match format {
+            ToolCallFormat::Hermes => Inner::Hermes(hermes::HermesParser::default()),
+            ToolCallFormat::Generic => Inner::Generic(generic::GenericParser::default()),
+        };
+        Self { inner, calls: 0 }
+    }
+
+    /// Events for `text`, the next piece of the generation.
+    pub fn push(&mut self, text: &str) -> Vec<ToolEvent> {
+        let raw = match &mut self.inner {
+            Inner::Hermes(p) => p.push(text),
+            Inner::Generic(p) => p.push(text),
+        };
+        self.number(raw)
+    }
+
+    /// Events for whatever was held back, at the end of the generation.
+    pub fn finish(&mut self) -> Vec<ToolEvent> {
+        let raw = match &mut self.inner {
+            Inner::Hermes(p) => p.finish(),
+            Inner::Generic(p) => p.finish(),
+        };
+        self.number(raw)
+    }
+
+    /// Calls found so far.
+    pub fn num_calls(&self) -> usize {
+        self.calls
+    }
+
+    fn number(&mut self, raw: Vec<Piece>) -> Vec<ToolEvent> {
+        let mut out: Vec<ToolEvent> = Vec::with_capacity(raw.len());
+        for p in raw {
+            match p {
+                Piece::Content(t) if t.is_empty() => {}
+                Piece::Content(t) => match out.last_mut() {
+                    Some(ToolEvent::Content(prev)) => prev.push_str(&t),
+                    _ => out.push(ToolEvent::Content(t)),
+                },
+                Piece::Call(call) => {
+                    out.push(ToolEvent::Call {
+                        index: self.calls,
+                        call,
+                    });
+                    self.calls += 1;
+                }
+            }
+        }
+        out
+    }
+}
+
+/// A parser's output before calls are numbered.
+#[derive(Debug)]
+enum Piece {
+    Content(String),
+    Call(ParsedToolCall),
+}
+
+/// Reads `{"name": ..., "arguments": {...}}` (also `parameters`, or arguments as a JSON string),
+/// the object shape both formats use for one call.
+fn call_from_json(v: &serde_json::Value) -> Option<ParsedToolCall> {
+    let obj = v.as_object()?;
+    let name = obj.get("name")?.as_str()?.to_owned();
+    let args = obj.get("arguments").or_else(|| obj.get("parameters"));
+    let arguments = match args {
+        None | Some(serde_json::Value::Null) => "{}".to_owned(),
+        Some(serde_json::Value::String(s)) => match serde_json::from_str::<serde_json::Value>(s) {
+            Ok(v) => v.to_string(),
+            Err(_) => return None,
+        },
+        Some(v) => v.to_string(),
+    };
+    Some(ParsedToolCall { name, arguments })
+}
+
+/// How many bytes at the end of `text` could be the start of `marker` (held back until the next
+/// piece shows whether the marker follows).
+pub(crate) fn partial_marker_len(text: &str, marker: &str) -> usize {
+    let max = marker.len().saturating_sub(1).min(text.len());
+    (1..=max)
+        .rev()
+        .find(|&n| {
+            text.is_char_boundary(text.len() - n) && marker.starts_with(&text[text.len() - n..])
+        })
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partial_marker() {
+        assert_eq!(partial_marker_len("abc<tool", "<tool_call>"), 5);
+        assert_eq!(partial_marker_len("abc<", "<tool_call>"), 1);
+        assert_eq!(partial_marker_len("abc", "<tool_call>"), 0);
+        assert_eq!(partial_marker_len("é", "<x>"), 0);
+    }
+
+    #[test]
+    fn parser_choice_parses() {
+        assert_eq!(
+            "hermes".parse(),
+            Ok(ToolParserChoice::Format(ToolCallFormat::Hermes))
+        );
+        assert_eq!("none".parse(), Ok(ToolParserChoice::None));
+        assert!("xml".parse::<ToolParserChoice>().is_err());
+        assert_eq!(
+            ToolCallFormat::detect("..<tool_call>.."),
+            ToolCallFormat::Hermes
+        );
+        assert_eq!(ToolCallFormat::detect("{{ m }}"), ToolCallFormat::Generic);
+    }
+}

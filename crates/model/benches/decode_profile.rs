@@ -1,0 +1,105 @@
+//! Steady decode through the whole engine (scheduler, runner, forward, sampler) at a fixed batch,
+//! for profiling the CPU time of a decode step. Not criterion: it prints decode steps/s and
+//! tokens/s, and when `PAGODA_PERF_CTL` names a `perf record --control fifo:` it enables the
+//! recording only after every prompt has been prefilled, so the profile holds decode steps alone.
+//!
+//! `cargo bench -p pagoda-model --bench decode_profile -- [BATCH] [MODEL_FILE]` (default 1,
+//! SmolLM2). Prompts are 96 tokens and 64 are generated: the context runs 96..160, ~128 on average.
+#![allow(clippy::unwrap_used)]
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use pagoda_core::{EngineRequest, SamplingParams, SchedulerConfig};
+use pagoda_model::{EngineSetup, Model, build_engine};
+
+const PROMPT: usize = 96;
+const GENERATE: u32 = 64;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let batch: usize = args.iter().find_map(|a| a.parse().ok()).unwrap_or(1).max(1);
+    let file = args
+        .iter()
+        .find(|a| a.ends_with(".gguf"))
+        .cloned()
+        .unwrap_or_else(|| "SmolLM2-135M-Instruct.Q4_1.gguf".into());
+    let threads = std::env::var("PAGODA_THREADS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(2);
+    pagoda_kernels::parallel::set_num_threads(threads);
+    let dir = std::env::var_os("PAGODA_MODEL_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/pagoda/models")
+        });
+    let t_load = Instant::now();
+    let model = Model::open(&dir.join(&file)).unwrap();
+    let setup = EngineSetup {
+        scheduler: SchedulerConfig {
+            max_num_seqs: batch,
+            ..Default::default()
+        },
+        kv_cache_memory: Some(256 << 20),
+        ..EngineSetup::default()
+    };
+    let mut core = build_engine(model, &setup).unwrap().0;
+    let load = t_load.elapsed();
+
+    for id in 0..batch as u64 {
+        let mut x = (id + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let prompt = (0..PROMPT)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                1000 + (x % 20000) as u32
+            })
+            .collect();
+        core.add_request(EngineRequest {
+            id,
+            prompt_token_ids: prompt,
+            params: SamplingParams {
+                ignore_eos: true,
+                ..SamplingParams::greedy(GENERATE)
+            },
+            priority: 0,
+            extra_keys: Default::default(),
+        })
+        .unwrap();
+    }
+    // Prefill: until every request has its first token.
+    let mut started = vec![false; batch];
+    while started.iter().any(|s| !s) {
+        for o in core.step() {
+            started[o.request_id as usize] = true;
+        }
+    }
+    let ctl = std::env::var_os("PAGODA_PERF_CTL")
+        .map(|p| std::fs::OpenOptions::new().write(true).open(p).unwrap());
+    if let Some(mut f) = ctl.as_ref() {
+        f.write_all(b"enable\n").unwrap();
+    }
+    let t0 = Instant::now();
+    let (mut steps, mut tokens) = (0usize, 0usize);
+    while core.has_work() {
+        tokens += core
+            .step()
+            .iter()
+            .map(|o| o.new_token_ids.len())
+            .sum::<usize>();
+        steps += 1;
+    }
+    let wall = t0.elapsed().as_secs_f64();
+    if let Some(mut f) = ctl.as_ref() {
+        f.write_all(b"disable\n").unwrap();
+    }
+    println!(
+        "{file}, {threads} threads, batch {batch}: load+engine {:.0} ms; {steps} decode steps, {tokens} tokens in {wall:.2} s: {:.2} ms/step, {:.1} tok/s",
+        load.as_secs_f64() * 1e3,
+        wall * 1e3 / steps.max(1) as f64,
+        tokens as f64 / wall
+    );
+}

@@ -1,0 +1,217 @@
+//! `response_format` and the vLLM-style `structured_outputs` object -> a `Constraint`, compiled
+//! before anything is submitted, so a bad schema, regex or grammar is a 400 that names the field
+//! and the problem and costs no compute.
+
+use std::sync::Arc;
+
+use pagoda_core::Constraint;
+use serde_json::Value;
+
+use crate::error::ApiError;
+use crate::state::Loaded;
+
+/// The constraint asked for by `response_format` and/or `structured_outputs` (at most one).
+pub fn requested(
+    response_format: Option<&Value>,
+    structured_outputs: Option<&Value>,
+) -> Result<Option<(Constraint, &'static str)>, ApiError> {
+    let from_format = match response_format {
+        Some(f) => from_response_format(f)?,
+        None => None,
+    };
+    let from_outputs = match structured_outputs {
+        Some(s) => from_structured_outputs(s)?,
+        None => None,
+    };
+    match (from_format, from_outputs) {
+        (Some(_), Some(_)) => Err(ApiError::invalid(
+            "structured_outputs",
+            "`structured_outputs` and a non-text `response_format` cannot be combined",
+        )),
+        (Some(c), None) => Ok(Some((c, "response_format"))),
+        (None, Some(c)) => Ok(Some((c, "structured_outputs"))),
+        (None, None) => Ok(None),
+    }
+}
+
+/// Compiles `c` (cached by its text), answering 400 on `field` when it is invalid.
+pub fn compile(loaded: &Loaded, c: Constraint, field: &str) -> Result<Arc<Constraint>, ApiError> {
+    loaded
+        .structured
+        .compile(&c)
+        .map_err(|e| ApiError::invalid(field, format!("`{field}`: {e}")))?;
+    Ok(Arc::new(c))
+}
+
+/// `{"type": "text" | "json_object" | "json_schema", "json_schema": {name, schema, strict}}`.
+fn from_response_format(f: &Value) -> Result<Option<Constraint>, ApiError> {
+    let field = "response_format";
+    let obj = f
+        .as_object()
+        .ok_or_else(|| ApiError::invalid(field, "`response_format` must be an object"))?;
+    let kind = obj.get("type").and_then(Value::as_str).ok_or_else(|| {
+        ApiError::invalid(
+            "response_format.type",
+            "`response_format.type` must be a string",
+        )
+    })?;
+    if let Some(k) = obj
+        .keys()
+        .find(|k| !matches!(k.as_str(), "type" | "json_schema"))
+    {
+        return Err(ApiError::unknown_field(&format!("response_format.{k}")));
+    }
+    match kind {
+        "text" => Ok(None),
+        "json_object" => Ok(Some(Constraint::JsonObject)),
+        "json_schema" => {
+            let js = obj
+                .get("json_schema")
+                .and_then(Value::as_object)
+                .ok_or_else(|| {
+                    ApiError::invalid(
+                        "response_format.json_schema",
+                        "`response_format.json_schema` must be an object with a `schema`",
+                    )
+                })?;
+            if let Some(k) = js
+                .keys()
+                .find(|k| !matches!(k.as_str(), "name" | "schema" | "strict" | "description"))
+            {
+                return Err(ApiError::unknown_field(&format!(
+                    "response_format.json_schema.{k}"
+                )));
+            }
+            if js.get("name").is_some_and(|n| !n.is_string()) {
+                return Err(ApiError::invalid(
+                    "response_format.json_schema.name",
+                    "`response_format.json_schema.name` must be a string",
+                ));
+            }
+            match js.get("schema") {
+                Some(s @ (Value::Object(_) | Value::Bool(_))) => {
+                    Ok(Some(Constraint::JsonSchema(s.to_string())))
+                }
+                // OpenAI: a missing schema means any JSON object.
+                None => Ok(Some(Constraint::JsonObject)),
+                Some(_) => Err(ApiError::invalid(
+                    "response_format.json_schema.schema",
+                    "`response_format.json_schema.schema` must be a JSON schema object",
+                )),
+            }
+        }
+        other => Err(ApiError::invalid(
+            "response_format.type",
+            format!(
+                "`response_format.type` must be \"text\", \"json_object\" or \"json_schema\", got {other:?}"
+            ),
+        )),
+    }
+}
+
+/// vLLM's `structured_outputs`: exactly one of `json` (a schema object or its text), `regex`,
+/// `choice` (a list of strings), `grammar` (Lark).
+fn from_structured_outputs(s: &Value) -> Result<Option<Constraint>, ApiError> {
+    let field = "structured_outputs";
+    let obj = s
+        .as_object()
+        .ok_or_else(|| ApiError::invalid(field, "`structured_outputs` must be an object"))?;
+    let mut found: Vec<(&str, Constraint)> = Vec::new();
+    for (k, v) in obj {
+        if v.is_null() {
+            continue;
+        }
+        let name = format!("structured_outputs.{k}");
+        let c = match k.as_str() {
+            "json" => match v {
+                Value::String(text) => {
+                    serde_json::from_str::<Value>(text).map_err(|e| {
+                        ApiError::invalid(&name, format!("`{name}` is not valid JSON: {e}"))
+                    })?;
+                    Constraint::JsonSchema(text.clone())
+                }
+                Value::Object(_) | Value::Bool(_) => Constraint::JsonSchema(v.to_string()),
+                _ => {
+                    return Err(ApiError::invalid(
+                        &name,
+                        format!("`{name}` must be a JSON schema"),
+                    ));
+                }
+            },
+            "json_object" if v.as_bool() == Some(true) => Constraint::JsonObject,
+            "json_object" if v.as_bool() == Some(false) => continue,
+            "regex" => Constraint::Regex(
+                v.as_str()
+                    .ok_or_else(|| ApiError::invalid(&name, format!("`{name}` must be a string")))?
+                    .to_owned(),
+            ),
+            "grammar" => Constraint::Grammar(
+                v.as_str()
+                    .ok_or_else(|| ApiError::invalid(&name, format!("`{name}` must be a string")))?
+                    .to_owned(),
+            ),
+            "choice" => {
+                let list = v.as_array().filter(|l| !l.is_empty()).ok_or_else(|| {
+                    ApiError::invalid(
+                        &name,
+                        format!("`{name}` must be a non-empty list of strings"),
+                    )
+                })?;
+                let strings: Option<Vec<String>> =
+                    list.iter().map(|x| x.as_str().map(str::to_owned)).collect();
+                Constraint::Choice(strings.ok_or_else(|| {
+                    ApiError::invalid(&name, format!("`{name}` must be a list of strings"))
+                })?)
+            }
+            _ => return Err(ApiError::unknown_field(&name)),
+        };
+        found.push((k.as_str(), c));
+    }
+    match found.len() {
+        0 => Ok(None),
+        1 => Ok(found.pop().map(|(_, c)| c)),
+        _ => Err(ApiError::invalid(
+            field,
+            format!(
+                "`structured_outputs` takes exactly one of json, regex, choice, grammar; got {}",
+                found.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(", ")
+            ),
+        )),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn response_format_and_structured_outputs_map_to_constraints() {
+        let s = json!({"type": "object"});
+        assert_eq!(
+            requested(
+                Some(&json!({"type": "json_schema", "json_schema": {"name": "x", "schema": s}})),
+                None
+            )
+            .unwrap(),
+            Some((Constraint::JsonSchema(s.to_string()), "response_format"))
+        );
+        assert_eq!(
+            requested(Some(&json!({"type": "text"})), None).unwrap(),
+            None
+        );
+        assert_eq!(
+            requested(None, Some(&json!({"choice": ["a", "b"]}))).unwrap(),
+            Some((
+                Constraint::Choice(vec!["a".into(), "b".into()]),
+                "structured_outputs"
+            ))
+        );
+        let e = requested(None, Some(&json!({"regex": "a", "grammar": "b"}))).unwrap_err();
+        assert!(format!("{e:?}").contains("exactly one"), "{e:?}");
+        assert!(requested(Some(&json!({"type": "xml"})), None).is_err());
+        assert!(requested(None, Some(&json!({"choice": [1]}))).is_err());
+        assert!(requested(None, Some(&json!({"lark": "x"}))).is_err());
+    }
+}
