@@ -53,7 +53,7 @@ unsafe fn f32_load(p: *const u8) -> f32 {
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn hsum_ps(v: __m256) -> f32 {
+pub(super) fn hsum_ps(v: __m256) -> f32 {
     let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
@@ -61,7 +61,7 @@ fn hsum_ps(v: __m256) -> f32 {
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn load256(p: *const u8) -> __m256i {
+pub(super) unsafe fn load256(p: *const u8) -> __m256i {
     unsafe { _mm256_loadu_si256(p as *const __m256i) }
 }
 
@@ -75,7 +75,7 @@ fn mul_sum_u8_i8(x: __m256i, y: __m256i) -> __m256i {
 /// 16 bytes of nibbles to 32 bytes: low nibbles first (elems 0..16), high nibbles after.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn nibbles_32(p: *const u8) -> __m256i {
+pub(super) unsafe fn nibbles_32(p: *const u8) -> __m256i {
     let lo = unsafe { _mm_loadu_si128(p as *const __m128i) };
     let hi = _mm_srli_epi16(lo, 4);
     _mm256_and_si256(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(0x0F))
@@ -84,7 +84,7 @@ unsafe fn nibbles_32(p: *const u8) -> __m256i {
 /// 32 bits at `p` to 32 bytes: 0xFF where the bit is set.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn bits_32(p: *const u8) -> __m256i {
+pub(super) unsafe fn bits_32(p: *const u8) -> __m256i {
     let x = unsafe { (p as *const u32).read_unaligned() };
     let shuf = _mm256_set_epi64x(
         0x0303030303030303,

@@ -16,6 +16,10 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
+// Shared with the one-row kernels: the same reduction and unpacking is what keeps results
+// bit-identical between the two paths.
+use super::avx2::{bits_32, hsum_ps, load256, nibbles_32};
+
 /// The activation-side operands of a tile call. Safety contract of every kernel here: the CPU
 /// has AVX2+FMA+F16C; `a` points at `MR` activation rows `a_stride` bytes apart, each holding
 /// `nb` blocks; `d` (and `s` for Q4_1) point at this tile's first row's scale of block 0, with
@@ -37,48 +41,8 @@ const Q8_1_BYTES: usize = 36;
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn hsum_ps(v: __m256) -> f32 {
-    // Same reduction order as avx2::hsum_ps (bit-identity depends on it).
-    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
-}
-
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn load256(p: *const u8) -> __m256i {
-    unsafe { _mm256_loadu_si256(p as *const __m256i) }
-}
-
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn u32_at(p: *const u8) -> i32 {
     unsafe { (p as *const u32).read_unaligned() as i32 }
-}
-
-/// 16 bytes of nibbles to 32 bytes: low nibbles first (elems 0..16), high nibbles after.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn nibbles_32(p: *const u8) -> __m256i {
-    let lo = unsafe { _mm_loadu_si128(p as *const __m128i) };
-    let hi = _mm_srli_epi16(lo, 4);
-    _mm256_and_si256(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(0x0F))
-}
-
-/// 32 bits at `p` to 32 bytes: 0xFF where the bit is set (as avx2::bits_32).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn bits_32(p: *const u8) -> __m256i {
-    let x = unsafe { u32_at(p) };
-    let shuf = _mm256_set_epi64x(
-        0x0303030303030303,
-        0x0202020202020202,
-        0x0101010101010101,
-        0,
-    );
-    let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(x), shuf);
-    let bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
-    _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1))
 }
 
 /// Up to four 32-bit words, one per weight row, converted from f16 pairs to 8 f32 lanes:
