@@ -262,37 +262,45 @@ impl Model {
         let window = if swa { c.sliding_window } else { None };
         let attn = ensure(&mut s.attn, t * qd);
         let (nh, scale, slots) = (c.n_heads, c.attn_scale, &batch.slot_mapping);
+        // One body for both element types: the generic kernels take the arena's slices as they are.
+        fn write_and_attend<T: attention::KvElement>(
+            kc: &mut [T],
+            vc: &mut [T],
+            layout: &attention::KvLayout,
+            slots: &[u32],
+            (k, v): (&[f32], &[f32]),
+            attn_batch: &AttnBatch<'_>,
+            q: &[f32],
+            (nh, scale, window): (usize, f32, Option<u32>),
+            attn: &mut [f32],
+        ) {
+            attention::write_kv(layout, kc, vc, slots, k, v);
+            attention::paged_attention(layout, kc, vc, attn_batch, q, nh, scale, window, attn);
+        }
+        let head = (nh, scale, window);
         match kv.arenas_mut() {
-            Arenas::F32 { k: kc, v: vc } => {
-                let (kc, vc) = (&mut kc[il], &mut vc[il]);
-                attention::write_kv(&layout, kc, vc, slots, k, v);
-                attention::paged_attention(
-                    &layout,
-                    kc,
-                    vc,
-                    &attn_batch,
-                    q,
-                    nh,
-                    scale,
-                    window,
-                    attn,
-                );
-            }
-            Arenas::F16 { k: kc, v: vc } => {
-                let (kc, vc) = (&mut kc[il], &mut vc[il]);
-                attention::write_kv(&layout, kc, vc, slots, k, v);
-                attention::paged_attention(
-                    &layout,
-                    kc,
-                    vc,
-                    &attn_batch,
-                    q,
-                    nh,
-                    scale,
-                    window,
-                    attn,
-                );
-            }
+            Arenas::F32 { k: kc, v: vc } => write_and_attend(
+                &mut kc[il],
+                &mut vc[il],
+                &layout,
+                slots,
+                (k, v),
+                &attn_batch,
+                q,
+                head,
+                attn,
+            ),
+            Arenas::F16 { k: kc, v: vc } => write_and_attend(
+                &mut kc[il],
+                &mut vc[il],
+                &layout,
+                slots,
+                (k, v),
+                &attn_batch,
+                q,
+                head,
+                attn,
+            ),
         }
         self.weights
             .forward(&a.o, &s.attn[..t * qd], t, out, &mut s.matmul);
