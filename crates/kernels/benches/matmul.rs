@@ -6,8 +6,9 @@
 //! criterion-style name filter as the first argument), for `perf stat` / callgrind.
 
 use criterion::{Criterion, Throughput, criterion_group};
-use pagoda_kernels::matmul::{MatmulScratch, matmul};
+use pagoda_kernels::matmul::{MatmulScratch, matmul, matmul_packed};
 use pagoda_kernels::parallel;
+use pagoda_kernels::quant::packed::PackedMatrix;
 use pagoda_kernels::quant::{GgmlType, quantize_row};
 use std::hint::black_box;
 use std::time::Duration;
@@ -90,6 +91,12 @@ fn bench_matmul(c: &mut Criterion) {
             g.bench_function(format!("{name}_{ty}_{n}x{k}"), |b| {
                 b.iter(|| matmul(black_box(&w), ty, n, k, &x, t, &mut y, &mut scratch))
             });
+            // The layout the model runs: repacked at load when the type has packed kernels.
+            if let Some(p) = PackedMatrix::pack(ty, n, k, &w) {
+                g.bench_function(format!("{name}_{ty}_{n}x{k}_packed"), |b| {
+                    b.iter(|| matmul_packed(black_box(&p), &x, t, &mut y, &mut scratch))
+                });
+            }
         }
         g.finish();
     }
@@ -111,9 +118,13 @@ fn fixed_iterations(iters: usize) {
                 .collect();
             let mut y = vec![0f32; t * n];
             let mut scratch = MatmulScratch::default();
+            let packed = PackedMatrix::pack(ty, n, k, &w);
             let start = std::time::Instant::now();
             for _ in 0..iters {
-                matmul(black_box(&w), ty, n, k, &x, t, &mut y, &mut scratch);
+                match &packed {
+                    Some(p) => matmul_packed(black_box(p), &x, t, &mut y, &mut scratch),
+                    None => matmul(black_box(&w), ty, n, k, &x, t, &mut y, &mut scratch),
+                }
             }
             let secs = start.elapsed().as_secs_f64() / iters as f64;
             let gflops = 2.0 * (n * k * t) as f64 / secs / 1e9;

@@ -2,6 +2,10 @@
 //! each activation row once to the weight type's vec_dot_type, then integer dot products per
 //! (weight row, activation row), split across threads by chunks of weight rows.
 //!
+//! The model's matrices take [`matmul_packed`]: weights repacked at load into 8-row groups
+//! (`quant/packed/`), one kernel for decode and prompt alike. The plain-layout [`matmul`] below
+//! serves the other types and CPUs without AVX2.
+//!
 //! On AVX2, with several activation rows, the 32-element block formats (Q4_0, Q4_1, Q5_0, Q8_0) go through register tiles
 //! (`quant/tile.rs`): several activation rows x several weight rows per call, walked over a panel
 //! of activation rows small enough to stay in L1 with the task's weight rows. The other types dot
@@ -12,6 +16,7 @@ use crate::cpu::{self, SimdLevel};
 use crate::parallel;
 use crate::quant::GgmlType;
 use crate::quant::dispatch::{self, ROWS};
+use crate::quant::packed::{GROUP_ROWS, MAX_MR as PACKED_MR, PackedMatrix};
 use crate::quant::tile::{self, ActScales, MAX_MR, MAX_NR, TileTable};
 
 /// Reusable buffer for the quantized activations. It grows to the largest `t * row` seen and
@@ -141,6 +146,90 @@ pub fn matmul_at(
                 (kernels.one)(wr, &act[ti * a_row..(ti + 1) * a_row], &mut dots[..1]);
                 // SAFETY: as above.
                 unsafe { out.write(ti * n + row, dots[0]) };
+            }
+        }
+    };
+    if n_tasks == 1 {
+        task(0);
+    } else {
+        parallel::run(n_tasks, &task);
+    }
+}
+
+/// `y = x . W^T` for a matrix packed at load ([`PackedMatrix`]): `x` is `[t][k]`, `y` is
+/// `[t][n]`. Tasks take runs of 8-row groups; each walks its groups over panels of activation
+/// rows, so a group's blocks stay in L1 while every row of the panel uses them.
+///
+/// # Panics
+/// If the slice lengths do not match the matrix's shape (a caller bug).
+pub fn matmul_packed(
+    p: &PackedMatrix,
+    x: &[f32],
+    t: usize,
+    y: &mut [f32],
+    scratch: &mut MatmulScratch,
+) {
+    let (n, k, ty) = (p.rows(), p.cols(), p.ty());
+    let kern = p.kernels();
+    let a_row = p.activation_row_bytes();
+    assert_eq!(x.len(), t * k, "activations of {t} x {k}");
+    assert_eq!(y.len(), t * n, "output of {t} x {n}");
+    if n == 0 || t == 0 {
+        return;
+    }
+    if scratch.act.len() < t * a_row {
+        scratch.act.resize(t * a_row, 0);
+    }
+    let act = &mut scratch.act[..t * a_row];
+    for (xr, ar) in x.chunks_exact(k).zip(act.chunks_exact_mut(a_row)) {
+        p.quantize_activations(xr, ar);
+    }
+    let act = &*act;
+    let nb = k / ty.block_size();
+    let groups = n.div_ceil(GROUP_ROWS);
+
+    let threads = parallel::num_threads().max(1);
+    let n_tasks = if threads == 1 || p.len_bytes().saturating_mul(t) < MIN_PARALLEL_WORK {
+        1
+    } else {
+        (threads * TASKS_PER_THREAD).min(groups)
+    };
+    let per_task = groups.div_ceil(n_tasks);
+    let n_tasks = groups.div_ceil(per_task);
+    let out = OutPtr(y.as_mut_ptr());
+
+    let task = |task: usize| {
+        let g_range = task * per_task..((task + 1) * per_task).min(groups);
+        let mut edge = [0.0f32; GROUP_ROWS * PACKED_MR];
+        for c0 in (0..t).step_by(ACT_PANEL) {
+            let c1 = (c0 + ACT_PANEL).min(t);
+            for g in g_range.clone() {
+                let w = p.group(g).as_ptr();
+                let j = g * GROUP_ROWS;
+                let full = j + GROUP_ROWS <= n;
+                let mut i = c0;
+                while i < c1 {
+                    let mr = PACKED_MR.min(c1 - i);
+                    let a = act[i * a_row..].as_ptr();
+                    // SAFETY: `p` was packed at the Avx2 level, so the CPU runs these kernels;
+                    // the group holds `nb` group blocks; rows i..i + mr < t of `act` are
+                    // quantized with `nb` blocks each; a full group's outputs (i.., j..j + 8)
+                    // with stride n lie inside `y` and only this task writes columns of group
+                    // `g`; a partial group writes to `edge` (8 x MAX_MR) instead.
+                    unsafe {
+                        if full {
+                            (kern.gemm[mr - 1])(w, nb, a, a_row, out.at(i * n + j), n);
+                        } else {
+                            (kern.gemm[mr - 1])(w, nb, a, a_row, edge.as_mut_ptr(), GROUP_ROWS);
+                            for r in 0..mr {
+                                for c in 0..n - j {
+                                    out.write((i + r) * n + j + c, edge[r * GROUP_ROWS + c]);
+                                }
+                            }
+                        }
+                    }
+                    i += mr;
+                }
             }
         }
     };

@@ -485,3 +485,110 @@ fn f16_arena_matches_f32_arena_of_rounded_values() {
         }
     }
 }
+
+/// Runs `requests` as one batch (blocks of 16 in a shuffled arena); returns `[T][n_heads * hd]`.
+fn paged_batch(
+    level: pagoda_kernels::cpu::SimdLevel,
+    requests: &[Request],
+    n_heads: usize,
+    nkv: usize,
+    hd: usize,
+    window: Option<u32>,
+) -> Vec<f32> {
+    let bs = 16;
+    let max_blocks_per_seq = requests
+        .iter()
+        .map(|r| r.seq_len.div_ceil(bs))
+        .max()
+        .unwrap();
+    let num_blocks: usize = requests.iter().map(|r| r.seq_len.div_ceil(bs)).sum();
+    let mut ids: Vec<u32> = (0..num_blocks as u32).collect();
+    ids.shuffle(&mut StdRng::seed_from_u64(3));
+    let layout = KvLayout {
+        num_blocks,
+        block_size: bs,
+        num_kv_heads: nkv,
+        head_dim: hd,
+    };
+    let (mut k_cache, mut v_cache) = (
+        vec![f32::NAN; layout.arena_len()],
+        vec![f32::NAN; layout.arena_len()],
+    );
+    let mut block_tables = vec![0u32; requests.len() * max_blocks_per_seq];
+    let mut next = ids.into_iter();
+    for (s, r) in requests.iter().enumerate() {
+        let table = &mut block_tables[s * max_blocks_per_seq..][..r.seq_len.div_ceil(bs)];
+        table.iter_mut().for_each(|b| *b = next.next().unwrap());
+        let slots: Vec<u32> = (0..r.seq_len)
+            .map(|p| table[p / bs] * bs as u32 + (p % bs) as u32)
+            .collect();
+        write_kv(&layout, &mut k_cache, &mut v_cache, &slots, &r.k, &r.v);
+    }
+    let mut query_start_loc = vec![0u32];
+    for r in requests {
+        query_start_loc.push(query_start_loc.last().unwrap() + r.q_len as u32);
+    }
+    let seq_lens: Vec<u32> = requests.iter().map(|r| r.seq_len as u32).collect();
+    let q: Vec<f32> = requests.iter().flat_map(|r| r.q.iter().copied()).collect();
+    let batch = AttnBatch {
+        query_start_loc: &query_start_loc,
+        seq_lens: &seq_lens,
+        block_tables: &block_tables,
+        max_blocks_per_seq,
+    };
+    let mut out = vec![f32::NAN; q.len()];
+    let scale = 1.0 / (hd as f32).sqrt();
+    paged_attention_with(
+        level, &layout, &k_cache, &v_cache, &batch, &q, n_heads, scale, window, &mut out,
+    );
+    out
+}
+
+/// A row's result depends on its own keys only: a long decode (or short chunk) alone, whose key
+/// parts are spread over the threads, gives the same bits as when it shares a step with enough
+/// other requests that every item runs whole on one thread.
+#[test]
+fn a_request_gives_the_same_bits_alone_and_in_a_busy_batch() {
+    let mut rng = StdRng::seed_from_u64(44);
+    for (n_heads, nkv, hd, seq_len, q_len, window) in [
+        (9, 3, 64, 700, 1, None),
+        (9, 3, 64, 400, 3, None),
+        (4, 1, 256, 1000, 1, Some(512)),
+        (4, 1, 256, 300, 8, None),
+    ] {
+        let mut request = |seq_len: usize, q_len: usize| Request {
+            seq_len,
+            q_len,
+            k: random_vec(&mut rng, seq_len * nkv * hd, 1.0),
+            v: random_vec(&mut rng, seq_len * nkv * hd, 1.0),
+            q: random_vec(&mut rng, q_len * n_heads * hd, 3.0),
+        };
+        let mut requests = vec![request(seq_len, q_len)];
+        requests.extend((0..12).map(|i| request(50 + 37 * i, 1 + i % 3)));
+        let alone_len = q_len * n_heads * hd;
+        let want = dense_attention(
+            &requests[0],
+            n_heads,
+            nkv,
+            hd,
+            1.0 / (hd as f32).sqrt(),
+            window,
+        );
+        for level in available_levels() {
+            let alone = paged_batch(level, &requests[..1], n_heads, nkv, hd, window);
+            let busy = paged_batch(level, &requests, n_heads, nkv, hd, window);
+            for (i, ((&a, &b), &w)) in alone.iter().zip(&busy[..alone_len]).zip(&want).enumerate() {
+                let what = format!("{level:?} heads {n_heads}/{nkv} seq {seq_len} q {q_len}");
+                assert_eq!(
+                    a.to_bits(),
+                    b.to_bits(),
+                    "{what}: out[{i}] alone {a}, busy {b}"
+                );
+                assert!(
+                    (a - w).abs() <= 2e-5 + 1e-4 * w.abs(),
+                    "{what}: out[{i}] = {a}, dense {w}"
+                );
+            }
+        }
+    }
+}

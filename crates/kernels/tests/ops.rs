@@ -220,6 +220,24 @@ fn rope_matches_direct_formula_for_both_styles() {
 }
 
 #[test]
+fn rope_qk_rotates_q_and_k_as_two_separate_calls() {
+    let mut rng = StdRng::seed_from_u64(7);
+    for style in [RopeStyle::Norm, RopeStyle::Neox] {
+        let rope = Rope::new(64, 64, 10_000.0, style);
+        let (q, k) = (
+            random_vec(&mut rng, 9 * 64, -2.0, 2.0),
+            random_vec(&mut rng, 3 * 64, -2.0, 2.0),
+        );
+        let (mut q1, mut k1, mut q2, mut k2) = (q.clone(), k.clone(), q, k);
+        rope.apply(&mut q1, 9, 777);
+        rope.apply(&mut k1, 3, 777);
+        rope.apply_qk(&mut q2, 9, &mut k2, 3, 777);
+        assert_eq!(q1, q2, "{style:?} q");
+        assert_eq!(k1, k2, "{style:?} k");
+    }
+}
+
+#[test]
 fn pool_sums_over_many_tasks() {
     let hits: Vec<AtomicUsize> = (0..10_000).map(|_| AtomicUsize::new(0)).collect();
     let total = AtomicUsize::new(0);

@@ -5,16 +5,16 @@
 //! gets a grammar matcher in its sampler when it is first scheduled.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use pagoda_structured::StructuredOutputs;
+use pagoda_structured::{StructuredError, StructuredOutputs};
 
 use pagoda_core::{
     ExecutorError, ExecutorOutput, ModelExecutor, SampledToken, SchedulerOutput, SeqId,
 };
 
 use crate::batch::{Logits, SeqChunk};
-use crate::sampler::{Sampler, prompt_logprobs};
+use crate::sampler::{Sampled, Sampler, prompt_logprobs};
 use crate::{CpuExecutor, ForwardBatch};
 
 struct SeqState {
@@ -198,7 +198,8 @@ impl ModelExecutor for ModelRunner {
             .exec
             .forward(&batch)
             .map_err(|e| ExecutorError(e.to_string()))?;
-        for p in &plans {
+        let mut sampled = sample_rows(&mut self.seqs, &plans, logits, vocab);
+        for (p, sampled) in plans.iter().zip(&mut sampled) {
             let Some(st) = self.seqs.get_mut(&p.seq_id) else {
                 continue;
             };
@@ -209,30 +210,79 @@ impl ModelExecutor for ModelRunner {
                 out.prompt_logprobs
                     .push((p.seq_id, prompt_logprobs(rows, vocab, targets, k)));
             }
-            if p.samples {
-                // With prompt logprobs every row came back; otherwise only the last one.
-                let last = if p.pl_rows > 0 {
-                    p.first_row + p.num_rows - 1
-                } else {
-                    p.first_row
-                };
-                let row = &logits[last * vocab..(last + 1) * vocab];
-                let sampled = match st.sampler.sample(row) {
-                    Ok(s) => s,
-                    Err(e) => {
-                        st.failed = Some(e.to_string());
-                        out.failed.push((p.seq_id, e.to_string()));
-                        continue;
-                    }
-                };
-                st.tokens.push(sampled.token_id);
-                out.sampled.push(SampledToken {
-                    seq_id: p.seq_id,
-                    token_id: sampled.token_id,
-                    logprobs: sampled.position_logprobs(),
-                });
+            match sampled.take() {
+                None => {}
+                Some(Err(e)) => {
+                    st.failed = Some(e.to_string());
+                    out.failed.push((p.seq_id, e.to_string()));
+                }
+                Some(Ok(sampled)) => {
+                    st.tokens.push(sampled.token_id);
+                    out.sampled.push(SampledToken {
+                        seq_id: p.seq_id,
+                        token_id: sampled.token_id,
+                        logprobs: sampled.position_logprobs(),
+                    });
+                }
             }
         }
         Ok(out)
     }
+}
+
+/// One sequence's sampling job of a step: its sampler, its row, and where the result goes.
+struct SampleJob<'a> {
+    sampler: &'a mut Sampler,
+    row: &'a [f32],
+    result: Option<Result<Sampled, StructuredError>>,
+}
+
+/// Samples every plan that samples, one result per plan (`None` where it does not). Each
+/// sequence's sampler is independent and deterministic, so the rows are spread over the
+/// kernel pool: at 32 streams and a 262k vocabulary one core would spend milliseconds here
+/// while the other idles. Results do not depend on which thread ran a job.
+fn sample_rows(
+    seqs: &mut HashMap<SeqId, SeqState>,
+    plans: &[RowPlan],
+    logits: &[f32],
+    vocab: usize,
+) -> Vec<Option<Result<Sampled, StructuredError>>> {
+    // Plan index of each sampling sequence, to hand out one `&mut Sampler` per sequence.
+    let slot: HashMap<SeqId, usize> = plans
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.samples)
+        .map(|(i, p)| (p.seq_id, i))
+        .collect();
+    let mut jobs: Vec<(usize, Mutex<SampleJob<'_>>)> = Vec::with_capacity(slot.len());
+    for (id, st) in seqs.iter_mut() {
+        let Some(&i) = slot.get(id) else {
+            continue;
+        };
+        let p = &plans[i];
+        // With prompt logprobs every row came back; otherwise only the last one.
+        let last = if p.pl_rows > 0 {
+            p.first_row + p.num_rows - 1
+        } else {
+            p.first_row
+        };
+        let job = SampleJob {
+            sampler: &mut st.sampler,
+            row: &logits[last * vocab..(last + 1) * vocab],
+            result: None,
+        };
+        jobs.push((i, Mutex::new(job)));
+    }
+    // The lock is uncontended: job `t` is only ever touched by the task `t`.
+    pagoda_kernels::parallel::run(jobs.len(), &|t| {
+        if let Ok(mut job) = jobs[t].1.lock() {
+            let job = &mut *job;
+            job.result = Some(job.sampler.sample(job.row));
+        }
+    });
+    let mut results: Vec<_> = plans.iter().map(|_| None).collect();
+    for (i, job) in jobs {
+        results[i] = job.into_inner().ok().and_then(|j| j.result);
+    }
+    results
 }

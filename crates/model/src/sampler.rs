@@ -7,6 +7,8 @@
 mod constraint;
 mod logprobs;
 mod penalties;
+mod random;
+mod select;
 
 pub use logprobs::{position_logprobs, prompt_logprobs};
 pub use pagoda_core::{PositionLogprobs, TokenLogprob};
@@ -14,9 +16,11 @@ pub use pagoda_core::{PositionLogprobs, TokenLogprob};
 pub use pagoda_structured::{ConstraintMatcher, StructuredError};
 
 use pagoda_core::SamplingParams;
+use pagoda_kernels::ops::{find_greater, max_ignoring_nan};
 use penalties::Penalties;
-use rand::{RngExt, SeedableRng};
+use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
+use random::{Scratch, sample_random};
 
 /// The sampler's choice for one position.
 #[derive(Clone, Debug, PartialEq)]
@@ -47,8 +51,8 @@ impl Sampled {
 pub struct Sampler {
     params: SamplingParams,
     rng: ChaCha8Rng,
-    /// (score, id) candidates reused across steps.
-    candidates: Vec<(f32, u32)>,
+    /// Buffers of the random draw, reused across steps.
+    scratch: Scratch,
     /// The adjusted copy of the logits, written only on steps where some adjustment applies.
     adjusted: Vec<f32>,
     penalties: Penalties,
@@ -89,7 +93,7 @@ impl Sampler {
             penalties: Penalties::new(&params, prompt),
             params,
             rng,
-            candidates: Vec::new(),
+            scratch: Scratch::default(),
             adjusted: Vec::new(),
             min_tokens_banned,
             num_generated: 0,
@@ -166,7 +170,7 @@ impl Sampler {
         let token_id = if self.params.is_greedy() {
             argmax(scores)
         } else {
-            sample_random(&self.params, &mut self.rng, &mut self.candidates, scores)
+            sample_random(&self.params, &mut self.rng, &mut self.scratch, scores)
         };
         if let Some(m) = &mut self.constraint {
             debug_assert!(
@@ -204,83 +208,12 @@ impl Sampler {
     }
 }
 
-/// Draws from the temperature softmax of `scores` after top-k, min-p and top-p.
-fn sample_random(
-    p: &SamplingParams,
-    rng: &mut ChaCha8Rng,
-    c: &mut Vec<(f32, u32)>,
-    scores: &[f32],
-) -> u32 {
-    c.clear();
-    // Banned (-inf) and NaN scores can never be drawn, nor take a top-k slot.
-    c.extend(
-        scores
-            .iter()
-            .enumerate()
-            .filter(|(_, l)| **l > f32::NEG_INFINITY)
-            .map(|(i, &l)| (l, i as u32)),
-    );
-    if c.is_empty() {
-        return 0;
-    }
-    // Order: top-k, then temperature softmax, min-p, top-p (llama.cpp's default chain
-    // order top_k -> top_p -> min_p -> temp differs only in where temperature applies to
-    // min-p/top-p; vLLM applies temperature first, as here).
-    let by_score_desc = |a: &(f32, u32), b: &(f32, u32)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
-    if p.top_k > 0 && (p.top_k as usize) < c.len() {
-        c.select_nth_unstable_by(p.top_k as usize - 1, by_score_desc);
-        c.truncate(p.top_k as usize);
-    }
-    // Only top-p needs the candidates in order; sorting Gemma's 262k logits on every step
-    // would cost milliseconds, so temperature and min-p work on the unsorted list.
-    let max = c.iter().fold(f32::NEG_INFINITY, |m, e| m.max(e.0));
-    let mut sum = 0.0f64;
-    for e in c.iter_mut() {
-        e.0 = ((e.0 - max) / p.temperature).exp();
-        sum += f64::from(e.0);
-    }
-    let inv = (1.0 / sum) as f32;
-    for e in c.iter_mut() {
-        e.0 *= inv;
-    }
-    if p.min_p > 0.0 {
-        // The most likely token has probability exp(0) * inv, so it always survives.
-        let floor = inv * p.min_p;
-        c.retain(|e| e.0 >= floor);
-    }
-    if p.top_p < 1.0 {
-        c.sort_unstable_by(by_score_desc);
-        let mut acc = 0.0f32;
-        let mut keep = c.len();
-        for (i, e) in c.iter().enumerate() {
-            acc += e.0;
-            if acc >= p.top_p {
-                keep = i + 1;
-                break;
-            }
-        }
-        c.truncate(keep);
-    }
-    let total: f32 = c.iter().map(|e| e.0).sum();
-    let mut r = rng.random::<f32>() * total;
-    for e in c.iter() {
-        if r < e.0 {
-            return e.1;
-        }
-        r -= e.0;
-    }
-    c[c.len() - 1].1
-}
-
-/// Index of the largest logit (the lowest index on ties, as llama.cpp's greedy sampler).
+/// Index of the largest logit (the lowest index on ties, as llama.cpp's greedy sampler); NaN
+/// entries are skipped, and a row with nothing above -inf gives 0.
 pub fn argmax(logits: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &l) in logits.iter().enumerate() {
-        if l > logits[best] {
-            best = i;
-        }
-    }
-    best as u32
+    let max = max_ignoring_nan(logits);
+    // The first entry above the float just below the max is the first entry equal to it.
+    find_greater(logits, max.next_down()).map_or(0, |i| i as u32)
 }
 
 #[cfg(test)]
@@ -318,6 +251,21 @@ mod tests {
         assert_eq!((pos.token_id, pos.rank), (1, 1));
         assert_eq!(pos.logprob, out.logprob);
         assert_eq!(pos.top, out.top_logprobs);
+    }
+
+    #[test]
+    fn argmax_takes_the_first_max_and_skips_nan() {
+        let mut row: Vec<f32> = (0..1000).map(|i| (i as f32 * 0.1).sin()).collect();
+        row[0] = f32::NAN;
+        row[700] = 5.0;
+        row[300] = 5.0;
+        row[900] = f32::INFINITY;
+        assert_eq!(argmax(&row), 900);
+        row[900] = f32::NAN;
+        assert_eq!(argmax(&row), 300);
+        assert_eq!(argmax(&[f32::NAN, f32::NEG_INFINITY]), 0);
+        assert_eq!(argmax(&[f32::NEG_INFINITY, f32::NAN, -1e30]), 2);
+        assert_eq!(argmax(&[]), 0);
     }
 
     #[test]

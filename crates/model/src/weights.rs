@@ -2,11 +2,14 @@
 //! referred to by tensor index; small vectors (norm weights, biases) are dequantized into `Vec<f32>`.
 //! Projections of one input (q/k/v, gate/up) can be joined into one matrix so a step runs one
 //! matmul (one fork-join) for them: in place when the file stores them back to back.
+//! Matrices the forward pass multiplies by are repacked once at load into the kernels' 8-row
+//! interleaved layout ([`PackedMatrix`]) when their type has packed kernels on this CPU.
 
 use std::sync::Arc;
 
 use pagoda_gguf::GgufFile;
 use pagoda_kernels::matmul::{self, MatmulScratch};
+use pagoda_kernels::quant::packed::PackedMatrix;
 use pagoda_kernels::quant::{self, GgmlType};
 
 use crate::ModelError;
@@ -36,6 +39,8 @@ pub struct Matrix {
     /// Input features (GGUF ne0, contiguous).
     pub cols: usize,
     storage: Storage,
+    /// The same rows in the matmul kernels' packed layout, when [`Weights::packed`] made one.
+    packed: Option<Arc<PackedMatrix>>,
 }
 
 /// Where a matrix's bytes are.
@@ -122,6 +127,7 @@ impl Weights {
             rows,
             cols,
             storage: Storage::Tensor(index),
+            packed: None,
         })
     }
 
@@ -176,6 +182,7 @@ impl Weights {
                 rows,
                 cols,
                 storage,
+                packed: None,
             },
             bias,
         })
@@ -231,6 +238,14 @@ impl Weights {
         Ok(Linear { weight, bias })
     }
 
+    /// `l` with its matrix also repacked for the matmul kernels, when its type has a packed form
+    /// on this CPU. Done once at load; `forward` then reads only the packed copy.
+    pub fn packed(&self, mut l: Linear) -> Linear {
+        let m = &l.weight;
+        l.weight.packed = PackedMatrix::pack(m.ty, m.rows, m.cols, self.bytes(m)).map(Arc::new);
+        l
+    }
+
     /// The bytes of a matrix checked by [`Weights::matrix`].
     pub fn bytes<'a>(&'a self, m: &'a Matrix) -> &'a [u8] {
         match &m.storage {
@@ -270,16 +285,11 @@ impl Weights {
         let m = &l.weight;
         debug_assert!(x.len() >= t * m.cols && y.len() >= t * m.rows);
         let y = &mut y[..t * m.rows];
-        matmul::matmul(
-            self.bytes(m),
-            m.ty,
-            m.rows,
-            m.cols,
-            &x[..t * m.cols],
-            t,
-            y,
-            scratch,
-        );
+        let x = &x[..t * m.cols];
+        match &m.packed {
+            Some(p) => matmul::matmul_packed(p, x, t, y, scratch),
+            None => matmul::matmul(self.bytes(m), m.ty, m.rows, m.cols, x, t, y, scratch),
+        }
         if let Some(b) = &l.bias {
             for row in y.chunks_exact_mut(m.rows) {
                 for (v, b) in row.iter_mut().zip(b) {

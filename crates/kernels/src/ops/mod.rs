@@ -5,6 +5,7 @@
 
 mod activation;
 mod arith;
+mod logits;
 pub(crate) mod math;
 mod norm;
 mod rope;
@@ -12,6 +13,11 @@ mod softmax;
 
 pub use activation::{gelu_tanh_mul, gelu_tanh_mul_with, silu_mul, silu_mul_with};
 pub use arith::{add_inplace, add_inplace_with, scale_inplace, scale_inplace_with};
+pub use logits::{
+    count_equal, count_equal_with, count_greater, count_greater_with, exp_into, exp_into_with,
+    exp_sum, exp_sum_with, find_greater, find_greater_with, max_ignoring_nan,
+    max_ignoring_nan_with,
+};
 pub use norm::{rms_norm, rms_norm_inplace, rms_norm_inplace_with, rms_norm_rows, rms_norm_with};
 pub use rope::{Rope, RopeStyle};
 pub use softmax::{softmax_inplace, softmax_inplace_with};

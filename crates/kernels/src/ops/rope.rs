@@ -53,13 +53,26 @@ impl Rope {
         self.apply_with(simd_level(), x, n_heads, pos);
     }
 
+    /// Rotates a token's q (`n_q` heads) and k (`n_k` heads) for position `pos`, computing the
+    /// angles once for both (they are the same per pair).
+    pub fn apply_qk(&self, q: &mut [f32], n_q: usize, k: &mut [f32], n_k: usize, pos: u32) {
+        self.rotate(simd_level(), &mut [(q, n_q), (k, n_k)], pos);
+    }
+
     /// [`Rope::apply`] on an explicit SIMD level.
     pub fn apply_with(&self, level: SimdLevel, x: &mut [f32], n_heads: usize, pos: u32) {
-        assert_eq!(
-            x.len(),
-            n_heads * self.head_dim,
-            "rope: x is not n_heads * head_dim"
-        );
+        self.rotate(level, &mut [(x, n_heads)], pos);
+    }
+
+    /// Rotates every `(values, n_heads)` part for position `pos`.
+    fn rotate(&self, level: SimdLevel, parts: &mut [(&mut [f32], usize)], pos: u32) {
+        for (x, n_heads) in parts.iter() {
+            assert_eq!(
+                x.len(),
+                n_heads * self.head_dim,
+                "rope: x is not n_heads * head_dim"
+            );
+        }
         let half = self.n_rot / 2;
         let avx2 = use_avx2(level);
         let mut cos = [0.0f32; CHUNK];
@@ -72,7 +85,10 @@ impl Rope {
                 cos[k] = c as f32;
                 sin[k] = s as f32;
             }
-            for head in x.chunks_exact_mut(self.head_dim) {
+            let heads = parts
+                .iter_mut()
+                .flat_map(|(x, _)| x.chunks_exact_mut(self.head_dim));
+            for head in heads {
                 // Pair p of this batch touches (lo[p], hi[p]).
                 let (lo, hi, stride) = match self.style {
                     RopeStyle::Norm => (2 * start, 2 * start + 1, 2),

@@ -7,6 +7,7 @@ pub(crate) mod dispatch;
 mod float;
 mod k_quants;
 mod legacy;
+pub mod packed;
 pub(crate) mod tile;
 
 use crate::cpu::SimdLevel;

@@ -101,14 +101,14 @@ impl Model {
         let output_norm = weights.vector("output_norm.weight", c.d_model)?;
         // Tied embeddings when the file has no output.weight (llama.cpp: "output" falls back
         // to "token_embd" with TENSOR_DUPLICATED in load_tensors).
-        let lm_head = if weights.has("output.weight") {
+        let lm_head = weights.packed(if weights.has("output.weight") {
             weights.linear("output", c.vocab_size, c.d_model, false)?
         } else {
             Linear {
                 weight: token_embd.clone(),
                 bias: None,
             }
-        };
+        });
         let blocks = match c.architecture {
             Architecture::Llama | Architecture::Qwen2 => Blocks::Llama(
                 (0..c.n_layers)
@@ -249,8 +249,8 @@ impl Model {
         let swa = c.is_swa_layer(il);
         let rope = if swa { &self.rope_swa } else { &self.rope };
         for (i, &pos) in batch.positions.iter().enumerate() {
-            rope.apply(&mut q[i * qd..][..qd], c.n_heads, pos);
-            rope.apply(&mut k[i * kvd..][..kvd], c.n_kv_heads, pos);
+            let (qi, ki) = (&mut q[i * qd..][..qd], &mut k[i * kvd..][..kvd]);
+            rope.apply_qk(qi, c.n_heads, ki, c.n_kv_heads, pos);
         }
         let layout = *kv.layout();
         let attn_batch = AttnBatch {
@@ -373,12 +373,18 @@ impl Attention {
         let q = w.linear(&format!("{p}.attn_q"), qd, c.d_model, qkv_bias)?;
         let k = w.linear(&format!("{p}.attn_k"), kvd, c.d_model, qkv_bias)?;
         let v = w.linear(&format!("{p}.attn_v"), kvd, c.d_model, qkv_bias)?;
+        // Only the matrices the forward pass multiplies by are packed: the stack, or the parts.
+        let qkv = w.stacked(&[&q, &k, &v]).map(|l| w.packed(l));
+        let (q, k, v) = match qkv {
+            Some(_) => (q, k, v),
+            None => (w.packed(q), w.packed(k), w.packed(v)),
+        };
         Ok(Self {
-            qkv: w.stacked(&[&q, &k, &v]),
+            qkv,
             q,
             k,
             v,
-            o: w.linear(&format!("{p}.attn_output"), c.d_model, qd, false)?,
+            o: w.packed(w.linear(&format!("{p}.attn_output"), c.d_model, qd, false)?),
             q_norm,
             k_norm,
         })
@@ -391,11 +397,16 @@ impl Ffn {
         let p = format!("blk.{il}");
         let gate = w.linear(&format!("{p}.ffn_gate"), c.ffn_dim, c.d_model, false)?;
         let up = w.linear(&format!("{p}.ffn_up"), c.ffn_dim, c.d_model, false)?;
+        let gate_up = w.stacked(&[&gate, &up]).map(|l| w.packed(l));
+        let (gate, up) = match gate_up {
+            Some(_) => (gate, up),
+            None => (w.packed(gate), w.packed(up)),
+        };
         Ok(Self {
-            gate_up: w.stacked(&[&gate, &up]),
+            gate_up,
             gate,
             up,
-            down: w.linear(&format!("{p}.ffn_down"), c.d_model, c.ffn_dim, false)?,
+            down: w.packed(w.linear(&format!("{p}.ffn_down"), c.d_model, c.ffn_dim, false)?),
         })
     }
 }

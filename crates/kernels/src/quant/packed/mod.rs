@@ -1,0 +1,240 @@
+//! Weight matrices repacked once at load for the AVX2 matmul: block `ib` of 8 consecutive weight
+//! rows is stored as one "group block", quants interleaved 4 bytes per row, so one 32-byte load
+//! holds 4 consecutive quants of each of the 8 rows. An integer multiply-add against 4 activation
+//! bytes broadcast to every lane then gives 8 rows' partial sums in 8 lanes: the lanes are output
+//! columns, so there is no horizontal sum and the block scales are applied 8 at a time. This is
+//! the idea of ggml's CPU "repack" buffers (block_q4_0x8); the layouts and kernels are our own.
+//!
+//! Each type's file defines its group-block layout, a packer, AVX2 kernels for 1..=[`MAX_MR`]
+//! activation rows and a scalar reference over the packed bytes that performs the same f32
+//! operations in the same order, so the SIMD result equals the reference bit for bit. An
+//! (activation row, output column) result depends only on that row and column: never on the
+//! batch, the number of rows a kernel call takes, or the thread split.
+
+mod q4_1;
+mod q4_k;
+mod q5_0;
+mod q6_k;
+mod q8_0;
+
+use super::GgmlType;
+use crate::cpu::{self, SimdLevel};
+
+/// Weight rows per group (the 8 f32 lanes of a 256-bit register).
+pub const GROUP_ROWS: usize = 8;
+
+/// Most activation rows one kernel call takes (each keeps its own accumulators in registers).
+pub(crate) const MAX_MR: usize = 4;
+
+/// `y[i * ldy + j] = x_i . w_j` for `i < MR`, `j < 8`: one group's `nb` group blocks at `w`
+/// against `MR` quantized activation rows at `a`, `a_row` bytes apart.
+///
+/// # Safety
+/// The CPU has AVX2+FMA+F16C; `w` holds `nb` group blocks of the kernel's type; `a` holds `MR`
+/// rows of `nb` activation blocks of the type's `vec_dot_type`; `y` is writable at
+/// `i * ldy + j` for `i < MR`, `j < 8`.
+pub(crate) type GemmFn =
+    unsafe fn(w: *const u8, nb: usize, a: *const u8, a_row: usize, y: *mut f32, ldy: usize);
+
+/// One weight type's packed kernels.
+pub(crate) struct PackedKernels {
+    /// Bytes of one group block (block `ib` of 8 rows).
+    pub group_bytes: usize,
+    /// Writes the group block of 8 rows' blocks `src[r]` (GGUF layout, one block each).
+    pub pack_group: fn(src: [&[u8]; GROUP_ROWS], dst: &mut [u8]),
+    /// Kernels for 1..=MAX_MR activation rows, at index `mr - 1`.
+    pub gemm: [GemmFn; MAX_MR],
+    /// Scalar reference: `out[j] = a . w_j` for one activation row `a` (nb blocks) against the
+    /// group's `nb` group blocks `w`, with the same f32 operations as `gemm`.
+    pub reference: fn(w: &[u8], a: &[u8], out: &mut [f32; GROUP_ROWS]),
+}
+
+/// The packed kernels of `ty`, if it has them.
+pub(crate) fn kernels(ty: GgmlType) -> Option<&'static PackedKernels> {
+    match ty {
+        GgmlType::Q8_0 => Some(&q8_0::KERNELS),
+        GgmlType::Q4_1 => Some(&q4_1::KERNELS),
+        GgmlType::Q5_0 => Some(&q5_0::KERNELS),
+        GgmlType::Q4_K => Some(&q4_k::KERNELS),
+        GgmlType::Q6_K => Some(&q6_k::KERNELS),
+        _ => None,
+    }
+}
+
+/// Quantizes one activation row into a kernel's activation layout.
+pub(crate) type QuantizeFn = fn(&[f32], &mut [u8]);
+
+/// How `ty`'s packed kernels want an activation row: bytes per 32- or 256-element block and the
+/// quantizer (AVX2) writing them. Q4_1 and Q5_0 read their quantized blocks with the scale
+/// widened to f32 and a per-block term precomputed (`q4_1::ACT_BLOCK`, `q5_0::ACT_BLOCK`): the
+/// same quantized values, but the kernel broadcasts them straight from memory instead of
+/// converting them per block and row. The others read their `vec_dot_type` as is.
+pub(crate) fn activation_format(ty: GgmlType) -> Option<(usize, QuantizeFn)> {
+    let vdt = ty.vec_dot_type()?;
+    match ty {
+        GgmlType::Q4_1 => Some((q4_1::ACT_BLOCK, q4_1::quantize_activations)),
+        GgmlType::Q5_0 => Some((q5_0::ACT_BLOCK, q5_0::quantize_activations)),
+        _ => Some((
+            vdt.type_size(),
+            super::dispatch::activation_quantizer(vdt, SimdLevel::Avx2),
+        )),
+    }
+}
+
+/// A weight matrix of `n` rows of `k` elements in group-block layout: group `g` (rows
+/// `8g..8g + 8`, the last one padded with zero rows) is `nb` group blocks from
+/// `g * nb * group_bytes`.
+pub struct PackedMatrix {
+    ty: GgmlType,
+    n: usize,
+    k: usize,
+    data: Vec<u8>,
+}
+
+impl std::fmt::Debug for PackedMatrix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PackedMatrix")
+            .field("ty", &self.ty)
+            .field("n", &self.n)
+            .field("k", &self.k)
+            .field("bytes", &self.data.len())
+            .finish()
+    }
+}
+
+impl PackedMatrix {
+    /// Packs `w` (`n` rows of `k` elements of `ty`, GGUF layout) for this CPU's best SIMD level.
+    /// `None` when that level has no packed kernels for `ty` (the caller keeps the plain layout).
+    ///
+    /// # Panics
+    /// If `w.len()` is not `n` rows of `k` elements of `ty`: shapes come from tensors checked at
+    /// load time, so a mismatch is a caller bug.
+    pub fn pack(ty: GgmlType, n: usize, k: usize, w: &[u8]) -> Option<Self> {
+        Self::pack_at(cpu::simd_level(), ty, n, k, w)
+    }
+
+    /// [`Self::pack`] for an explicit SIMD level (packed kernels exist only for AVX2).
+    pub fn pack_at(level: SimdLevel, ty: GgmlType, n: usize, k: usize, w: &[u8]) -> Option<Self> {
+        if level != SimdLevel::Avx2 || !super::dispatch::level_supported(level) {
+            return None;
+        }
+        let kern = kernels(ty)?;
+        let w_row = ty.row_bytes(k)?;
+        assert_eq!(w.len(), n * w_row, "{ty} weight of {n} x {k}");
+        let (bs, nb) = (ty.type_size(), k / ty.block_size());
+        let groups = n.div_ceil(GROUP_ROWS);
+        let group_len = nb * kern.group_bytes;
+        let mut data = vec![0u8; groups * group_len];
+        let zero = vec![0u8; bs];
+        let pack_groups = |first: usize, out: &mut [u8]| {
+            for (gi, dst) in out.chunks_exact_mut(group_len).enumerate() {
+                let g = first + gi;
+                for (ib, blk) in dst.chunks_exact_mut(kern.group_bytes).enumerate() {
+                    let src: [&[u8]; GROUP_ROWS] = std::array::from_fn(|r| {
+                        let row = g * GROUP_ROWS + r;
+                        if row < n {
+                            let at = row * w_row + ib * bs;
+                            &w[at..at + bs]
+                        } else {
+                            &zero[..]
+                        }
+                    });
+                    (kern.pack_group)(src, blk);
+                }
+            }
+        };
+        // Packing reads the whole file once; two threads halve the start-up cost.
+        let per_task = groups
+            .div_ceil(crate::parallel::num_threads().max(1) * 4)
+            .max(1);
+        let out = crate::parallel::SharedMut::new(&mut data);
+        crate::parallel::run(groups.div_ceil(per_task), &|task| {
+            let g0 = task * per_task;
+            let g1 = (g0 + per_task).min(groups);
+            // SAFETY: tasks cover disjoint group ranges of `data`.
+            let dst = unsafe { out.slice_mut(g0 * group_len, (g1 - g0) * group_len) };
+            pack_groups(g0, dst);
+        });
+        Some(Self { ty, n, k, data })
+    }
+
+    /// The weight type the blocks came from.
+    pub fn ty(&self) -> GgmlType {
+        self.ty
+    }
+
+    /// Rows (output features).
+    pub fn rows(&self) -> usize {
+        self.n
+    }
+
+    /// Elements per row (input features).
+    pub fn cols(&self) -> usize {
+        self.k
+    }
+
+    /// Bytes of the packed data.
+    pub fn len_bytes(&self) -> usize {
+        self.data.len()
+    }
+
+    pub(crate) fn kernels(&self) -> &'static PackedKernels {
+        match kernels(self.ty) {
+            Some(k) => k,
+            None => unreachable!("a PackedMatrix is only built for a type with packed kernels"),
+        }
+    }
+
+    /// Group `g`'s group blocks.
+    pub(crate) fn group(&self, g: usize) -> &[u8] {
+        let len = self.data.len() / self.n.div_ceil(GROUP_ROWS);
+        &self.data[g * len..(g + 1) * len]
+    }
+
+    /// Bytes of one activation row in the layout the kernels read.
+    pub fn activation_row_bytes(&self) -> usize {
+        match activation_format(self.ty) {
+            Some((block, _)) => self.k / self.ty.block_size() * block,
+            None => unreachable!("packed types have an activation format"),
+        }
+    }
+
+    /// Quantizes activation row `x` (`k` values) into `dst` (`activation_row_bytes()`), in the
+    /// layout the kernels and [`Self::reference_matmul`] read.
+    pub fn quantize_activations(&self, x: &[f32], dst: &mut [u8]) {
+        assert!(x.len() == self.k && dst.len() == self.activation_row_bytes());
+        if let Some((_, quantize)) = activation_format(self.ty) {
+            quantize(x, dst);
+        }
+    }
+
+    /// Scalar reference product (tests): `y[t][n]` from activation rows quantized by
+    /// [`Self::quantize_activations`].
+    pub fn reference_matmul(&self, act: &[u8], t: usize, y: &mut [f32]) {
+        let kern = self.kernels();
+        let a_row = act.len() / t.max(1);
+        for g in 0..self.n.div_ceil(GROUP_ROWS) {
+            for (i, a) in act.chunks_exact(a_row).enumerate().take(t) {
+                let mut out = [0.0f32; GROUP_ROWS];
+                (kern.reference)(self.group(g), a, &mut out);
+                for (j, &v) in out.iter().enumerate() {
+                    if g * GROUP_ROWS + j < self.n {
+                        y[i * self.n + g * GROUP_ROWS + j] = v;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// f16 bits at `p[at..at + 2]` as f32.
+#[inline]
+pub(crate) fn f16_at(p: &[u8], at: usize) -> f32 {
+    half::f16::from_le_bytes([p[at], p[at + 1]]).to_f32()
+}
+
+/// f32 bits at `p[at..at + 4]`.
+#[inline]
+pub(crate) fn f32_at(p: &[u8], at: usize) -> f32 {
+    f32::from_le_bytes([p[at], p[at + 1], p[at + 2], p[at + 3]])
+}

@@ -1,0 +1,161 @@
+//! Q5_0 weights (against Q8_0 activations) in group-block layout, 176 bytes per 8 rows' block
+//! (the GGUF size): `[0..16)` the rows' f16 `d`; `[16..48)` the 5th bits; then 4 chunks of 32
+//! bytes, chunk `c` holding the file's quant bytes `4c..4c + 4` of row `r` in bytes
+//! `4r..4r + 4` (low nibbles are elements `4c + b`, high nibbles elements `16 + 4c + b`).
+//! The 5th-bit byte `4r + b` holds row r's 5th bit of element `4c + b` at bit `4 + c` and of
+//! element `16 + 4c + b` at bit `c` (c = 0..4), so one shift per chunk brings each to 0x10.
+//!
+//! The quants stay unsigned (0..=31) for maddubs; the `- 16` is applied per block through the
+//! activation sum the quantizer stores ([`ACT_BLOCK`]): `(q - 16) . y = q . y - 16 sum(y)`,
+//! exact in i32. The f32 operation is `acc = fma(d_x * d_y, isum, acc)`, in the kernel lanes and
+//! the reference alike.
+
+#![allow(clippy::needless_range_loop)]
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+
+use super::{GROUP_ROWS, PackedKernels, f16_at, f32_at};
+
+const GROUP_BYTES: usize = 16 + 32 + 4 * 32;
+/// Offset of the quant chunks in a group block.
+const QS: usize = 48;
+/// An activation block: the Q8_0 block's f16 `d` widened to f32, `16 * sum(q)` as i32, then the
+/// 32 i8 quants.
+pub(super) const ACT_BLOCK: usize = 40;
+/// A Q8_0 block as the quantizer writes it: f16 d, 32 i8 quants.
+const Q8_0_BLOCK: usize = 34;
+
+/// Quantizes `src` to Q8_0 (exactly as for the plain kernels) and stores each block in the
+/// [`ACT_BLOCK`] layout. Packed matrices exist only on AVX2 CPUs, so the AVX2 quantizer runs.
+pub(super) fn quantize_activations(src: &[f32], dst: &mut [u8]) {
+    let quantize = crate::quant::dispatch::activation_quantizer(
+        crate::quant::GgmlType::Q8_0,
+        crate::cpu::SimdLevel::Avx2,
+    );
+    let mut q = [0u8; Q8_0_BLOCK];
+    for (x, b) in src.chunks_exact(32).zip(dst.chunks_exact_mut(ACT_BLOCK)) {
+        quantize(x, &mut q);
+        let sum: i32 = q[2..].iter().map(|&v| v as i8 as i32).sum();
+        b[0..4].copy_from_slice(&f16_at(&q, 0).to_le_bytes());
+        b[4..8].copy_from_slice(&(16 * sum).to_le_bytes());
+        b[8..40].copy_from_slice(&q[2..34]);
+    }
+}
+
+pub(super) static KERNELS: PackedKernels = PackedKernels {
+    group_bytes: GROUP_BYTES,
+    pack_group,
+    gemm: [gemm::<1>, gemm::<2>, gemm::<3>, gemm::<4>],
+    reference,
+};
+
+/// Packs 8 rows' GGUF Q5_0 blocks (`d: f16, qh: u32, qs[16]`; bit j of qh is the 5th bit of
+/// element j, ggml-quants.c dequantize_row_q5_0).
+fn pack_group(src: [&[u8]; GROUP_ROWS], dst: &mut [u8]) {
+    for (r, b) in src.iter().enumerate() {
+        dst[2 * r..2 * r + 2].copy_from_slice(&b[0..2]);
+        let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+        for i in 0..4 {
+            let mut h = 0u8;
+            for c in 0..4 {
+                h |= (((qh >> (4 * c + i)) & 1) as u8) << (4 + c);
+                h |= (((qh >> (16 + 4 * c + i)) & 1) as u8) << c;
+            }
+            dst[16 + 4 * r + i] = h;
+        }
+        for c in 0..4 {
+            let at = QS + 32 * c + 4 * r;
+            dst[at..at + 4].copy_from_slice(&b[6 + 4 * c..10 + 4 * c]);
+        }
+    }
+}
+
+fn reference(w: &[u8], a: &[u8], out: &mut [f32; GROUP_ROWS]) {
+    let mut acc = [0.0f32; GROUP_ROWS];
+    for (g, y) in w.chunks_exact(GROUP_BYTES).zip(a.chunks_exact(ACT_BLOCK)) {
+        let dy = f32_at(y, 0);
+        for r in 0..GROUP_ROWS {
+            let mut isum = 0i32;
+            for c in 0..4 {
+                for b in 0..4 {
+                    let q = g[QS + 32 * c + 4 * r + b] as i32;
+                    let h = g[16 + 4 * r + b] as i32;
+                    let lo = (q & 0x0F) + 16 * ((h >> (4 + c)) & 1) - 16;
+                    let hi = (q >> 4) + 16 * ((h >> c) & 1) - 16;
+                    isum += lo * y[8 + 4 * c + b] as i8 as i32;
+                    isum += hi * y[24 + 4 * c + b] as i8 as i32;
+                }
+            }
+            acc[r] = (f16_at(g, 2 * r) * dy).mul_add(isum as f32, acc[r]);
+        }
+    }
+    *out = acc;
+}
+
+/// See [`super::GemmFn`] for the contract.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn gemm<const MR: usize>(
+    w: *const u8,
+    nb: usize,
+    a: *const u8,
+    a_row: usize,
+    y: *mut f32,
+    ldy: usize,
+) {
+    unsafe {
+        let m4 = _mm256_set1_epi8(0x0F);
+        let m16 = _mm256_set1_epi8(0x10);
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = [_mm256_setzero_ps(); MR];
+        for ib in 0..nb {
+            let g = w.add(ib * GROUP_BYTES);
+            let ab = a.add(ib * ACT_BLOCK);
+            // Quants 0..=31 times Q8_0 activations in -127..=127 (both quantizers scale amax to
+            // 127): a maddubs i16 lane is at most 2 * 31 * 127 = 7874, so each i16 sum takes
+            // four of them (31496) and two sums (chunks 0-1, 2-3) cover the block.
+            let mut s16 = [[_mm256_setzero_si256(); 2]; MR];
+            // Bit 4 + c of `hl` and bit c of the bytes (bit 4 + c of `hh`) are chunk c's 5th
+            // bits; one right shift per chunk brings the next to bit 4. A 16-bit shift of at
+            // most 4 never carries a neighbour byte's bit into bit 4.
+            let h = _mm256_loadu_si256(g.add(16) as *const __m256i);
+            let mut hl = h;
+            let mut hh = _mm256_slli_epi16(h, 4);
+            for c in 0..4 {
+                let q = _mm256_loadu_si256(g.add(QS + 32 * c) as *const __m256i);
+                let lo = _mm256_or_si256(_mm256_and_si256(q, m4), _mm256_and_si256(hl, m16));
+                let hi = _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
+                    _mm256_and_si256(hh, m16),
+                );
+                hl = _mm256_srli_epi16(hl, 1);
+                hh = _mm256_srli_epi16(hh, 1);
+                for i in 0..MR {
+                    let yp = ab.add(i * a_row + 8 + 4 * c) as *const i32;
+                    let ylo = _mm256_set1_epi32(yp.read_unaligned());
+                    let yhi = _mm256_set1_epi32(yp.add(4).read_unaligned());
+                    let p = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(lo, ylo),
+                        _mm256_maddubs_epi16(hi, yhi),
+                    );
+                    s16[i][c / 2] = _mm256_add_epi16(s16[i][c / 2], p);
+                }
+            }
+            let dx = _mm256_cvtph_ps(_mm_loadu_si128(g as *const __m128i));
+            for i in 0..MR {
+                let yb = ab.add(i * a_row);
+                let dy = _mm256_set1_ps((yb as *const f32).read_unaligned());
+                let ysum16 = _mm256_set1_epi32((yb.add(4) as *const i32).read_unaligned());
+                let isum = _mm256_add_epi32(
+                    _mm256_madd_epi16(s16[i][0], ones),
+                    _mm256_madd_epi16(s16[i][1], ones),
+                );
+                let isum = _mm256_cvtepi32_ps(_mm256_sub_epi32(isum, ysum16));
+                acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(dx, dy), isum, acc[i]);
+            }
+        }
+        for i in 0..MR {
+            _mm256_storeu_ps(y.add(i * ldy), acc[i]);
+        }
+    }
+}

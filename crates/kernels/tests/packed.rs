@@ -1,0 +1,118 @@
+//! Packed (8-row interleaved) matmul: bit-identical to its scalar reference over the packed
+//! bytes, the same for a row alone or in any batch, and close to the plain-layout matmul.
+#![allow(clippy::unwrap_used)]
+
+use pagoda_kernels::cpu::{SimdLevel, available_levels};
+use pagoda_kernels::matmul::{MatmulScratch, matmul_at, matmul_packed};
+use pagoda_kernels::quant::packed::PackedMatrix;
+use pagoda_kernels::quant::{GgmlType, quantize_row};
+
+fn data(n: usize, seed: u32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(2_654_435_761) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            (s % 2001) as f32 / 1000.0 - 1.0
+        })
+        .collect()
+}
+
+/// Types with packed kernels, and a `k` that is a whole number of their blocks.
+const TYPES: [(GgmlType, usize); 5] = [
+    (GgmlType::Q8_0, 320),
+    (GgmlType::Q4_1, 320),
+    (GgmlType::Q5_0, 320),
+    (GgmlType::Q4_K, 512),
+    (GgmlType::Q6_K, 512),
+];
+
+fn weights(ty: GgmlType, n: usize, k: usize) -> Vec<u8> {
+    let wf = data(n * k, 3);
+    let rb = ty.row_bytes(k).unwrap();
+    let mut w = vec![0u8; n * rb];
+    for r in 0..n {
+        quantize_row(ty, &wf[r * k..(r + 1) * k], &mut w[r * rb..(r + 1) * rb]);
+    }
+    w
+}
+
+fn avx2() -> bool {
+    available_levels().contains(&SimdLevel::Avx2)
+}
+
+#[test]
+fn packed_matches_reference_bit_for_bit_and_is_batch_invariant() {
+    if !avx2() {
+        return;
+    }
+    for (ty, k) in TYPES {
+        // 44 rows: five full groups and a partial one.
+        let n = 44;
+        let w = weights(ty, n, k);
+        let Some(p) = PackedMatrix::pack_at(SimdLevel::Avx2, ty, n, k, &w) else {
+            continue;
+        };
+        let a_row = p.activation_row_bytes();
+        let t = 11;
+        let x = data(t * k, 7);
+        let mut act = vec![0u8; t * a_row];
+        for (xr, ar) in x.chunks_exact(k).zip(act.chunks_exact_mut(a_row)) {
+            p.quantize_activations(xr, ar);
+        }
+        let mut want = vec![0.0f32; t * n];
+        p.reference_matmul(&act, t, &mut want);
+
+        let mut scratch = MatmulScratch::default();
+        let mut got = vec![0.0f32; t * n];
+        matmul_packed(&p, &x, t, &mut got, &mut scratch);
+        for i in 0..t * n {
+            assert_eq!(
+                got[i].to_bits(),
+                want[i].to_bits(),
+                "{ty} at {i}: {} vs {}",
+                got[i],
+                want[i]
+            );
+        }
+        // Any batch size (which changes the kernels' row count) gives the same rows.
+        for t2 in [1, 2, 3, 5] {
+            let mut part = vec![0.0f32; t2 * n];
+            matmul_packed(&p, &x[..t2 * k], t2, &mut part, &mut scratch);
+            for i in 0..t2 * n {
+                assert_eq!(part[i].to_bits(), want[i].to_bits(), "{ty} t={t2} at {i}");
+            }
+        }
+        // Close to the plain-layout product (a different f32 summation order).
+        let mut plain = vec![0.0f32; t * n];
+        matmul_at(
+            SimdLevel::Avx2,
+            &w,
+            ty,
+            n,
+            k,
+            &x,
+            t,
+            &mut plain,
+            &mut scratch,
+        );
+        for i in 0..t * n {
+            let tol = 1e-4 * (1.0 + plain[i].abs()) * k as f32 / 32.0;
+            assert!(
+                (got[i] - plain[i]).abs() <= tol,
+                "{ty} at {i}: {} vs {}",
+                got[i],
+                plain[i]
+            );
+        }
+    }
+}
+
+#[test]
+fn types_without_packed_kernels_stay_plain() {
+    let w = weights(GgmlType::F32, 8, 64);
+    assert!(PackedMatrix::pack_at(SimdLevel::Avx2, GgmlType::F32, 8, 64, &w).is_none());
+    let w = weights(GgmlType::Q8_0, 8, 64);
+    assert!(PackedMatrix::pack_at(SimdLevel::Scalar, GgmlType::Q8_0, 8, 64, &w).is_none());
+}
