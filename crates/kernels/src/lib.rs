@@ -5,6 +5,7 @@
 
 pub mod attention;
 pub mod cpu;
+mod huge_pages;
 pub mod matmul;
 pub mod ops;
 pub mod parallel;

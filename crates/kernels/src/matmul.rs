@@ -16,8 +16,10 @@ use crate::cpu::{self, SimdLevel};
 use crate::parallel;
 use crate::quant::GgmlType;
 use crate::quant::dispatch::{self, ROWS};
-use crate::quant::packed::{GROUP_ROWS, MAX_MR as PACKED_MR, PackedMatrix};
+use crate::quant::packed::{GROUP_ROWS, GemmFn, MAX_MR as PACKED_MR, PackedMatrix};
 use crate::quant::tile::{self, ActScales, MAX_MR, MAX_NR, TileTable};
+use std::cell::RefCell;
+use std::ops::Range;
 
 /// Reusable buffer for the quantized activations. It grows to the largest `t * row` seen and
 /// is then reused, so steady-state calls do not allocate.
@@ -36,6 +38,16 @@ const GEMM_NR: usize = 2;
 /// Activation rows walked per pass over a task's weight rows: 32 rows of 576-wide Q8_1 are
 /// ~20 KB, which stays in L1 next to a tile's weight rows.
 const ACT_PANEL: usize = 32;
+
+/// From this many activation rows on, types with an unpacked form ([`PackedMatrix`]'s
+/// `Unpacked`) unpack each group once per call: unpacking costs about one kernel call's work
+/// per group, and saves the bit manipulation of every later call on it.
+const UNPACK_MIN_ROWS: usize = 8;
+
+thread_local! {
+    /// One group's unpacked blocks (a few KB), reused across calls.
+    static UNPACKED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
 
 /// Tasks per thread: enough that a thread slowed by another process does not hold up the
 /// call, few enough that claiming tasks stays cheap.
@@ -158,7 +170,8 @@ pub fn matmul_at(
 
 /// `y = x . W^T` for a matrix packed at load ([`PackedMatrix`]): `x` is `[t][k]`, `y` is
 /// `[t][n]`. Tasks take runs of 8-row groups; each walks its groups over panels of activation
-/// rows, so a group's blocks stay in L1 while every row of the panel uses them.
+/// rows, so a group's blocks stay in L1 while every row of the panel uses them. With many rows,
+/// a type with an unpacked form (Q5_0) unpacks each group once and walks all rows over that.
 ///
 /// # Panics
 /// If the slice lengths do not match the matrix's shape (a caller bug).
@@ -198,38 +211,58 @@ pub fn matmul_packed(
     let n_tasks = groups.div_ceil(per_task);
     let out = OutPtr(y.as_mut_ptr());
 
-    let task = |task: usize| {
-        let g_range = task * per_task..((task + 1) * per_task).min(groups);
-        let mut edge = [0.0f32; GROUP_ROWS * PACKED_MR];
-        for c0 in (0..t).step_by(ACT_PANEL) {
-            let c1 = (c0 + ACT_PANEL).min(t);
-            for g in g_range.clone() {
-                let w = p.group(g).as_ptr();
-                let j = g * GROUP_ROWS;
-                let full = j + GROUP_ROWS <= n;
-                let mut i = c0;
-                while i < c1 {
-                    let mr = PACKED_MR.min(c1 - i);
-                    let a = act[i * a_row..].as_ptr();
-                    // SAFETY: `p` was packed at the Avx2 level, so the CPU runs these kernels;
-                    // the group holds `nb` group blocks; rows i..i + mr < t of `act` are
-                    // quantized with `nb` blocks each; a full group's outputs (i.., j..j + 8)
-                    // with stride n lie inside `y` and only this task writes columns of group
-                    // `g`; a partial group writes to `edge` (8 x MAX_MR) instead.
-                    unsafe {
-                        if full {
-                            (kern.gemm[mr - 1])(w, nb, a, a_row, out.at(i * n + j), n);
-                        } else {
-                            (kern.gemm[mr - 1])(w, nb, a, a_row, edge.as_mut_ptr(), GROUP_ROWS);
-                            for r in 0..mr {
-                                for c in 0..n - j {
-                                    out.write((i + r) * n + j + c, edge[r * GROUP_ROWS + c]);
-                                }
+    // Prompt-sized products unpack each group once and walk every row over it (see
+    // `packed::Unpacked`); the others walk panels of rows over the packed groups.
+    let unpacked = kern.unpacked.as_ref().filter(|_| t >= UNPACK_MIN_ROWS);
+    // Rows `rows` of group `g` with kernels `gemm` over group blocks at `w`.
+    let run_rows =
+        |gemm: &[GemmFn; PACKED_MR], max_mr: usize, w: *const u8, g: usize, rows: Range<usize>| {
+            let mut edge = [0.0f32; GROUP_ROWS * PACKED_MR];
+            let j = g * GROUP_ROWS;
+            let full = j + GROUP_ROWS <= n;
+            let mut i = rows.start;
+            while i < rows.end {
+                let mr = max_mr.min(rows.end - i);
+                let a = act[i * a_row..].as_ptr();
+                // SAFETY: `p` was packed at the Avx2 level, so the CPU runs these kernels; `w`
+                // holds group g's `nb` blocks in the form `gemm` reads; rows i..i + mr < t of `act`
+                // are quantized with `nb` blocks each; a full group's outputs (i.., j..j + 8) with
+                // stride n lie inside `y` and only this task writes columns of group `g`; a partial
+                // group writes to `edge` (8 x MAX_MR) instead.
+                unsafe {
+                    if full {
+                        (gemm[mr - 1])(w, nb, a, a_row, out.at(i * n + j), n);
+                    } else {
+                        (gemm[mr - 1])(w, nb, a, a_row, edge.as_mut_ptr(), GROUP_ROWS);
+                        for r in 0..mr {
+                            for c in 0..n - j {
+                                out.write((i + r) * n + j + c, edge[r * GROUP_ROWS + c]);
                             }
                         }
                     }
-                    i += mr;
                 }
+                i += mr;
+            }
+        };
+    let task = |task: usize| {
+        let g_range = task * per_task..((task + 1) * per_task).min(groups);
+        if let Some(u) = unpacked {
+            UNPACKED.with(|buf| {
+                let mut buf = buf.borrow_mut();
+                buf.resize(nb * u.block_bytes, 0);
+                for g in g_range {
+                    // SAFETY: AVX2 as above; the group holds `nb` group blocks and `buf` has
+                    // room for their unpacked form.
+                    unsafe { (u.unpack)(p.group(g).as_ptr(), nb, buf.as_mut_ptr()) };
+                    run_rows(&u.gemm, u.max_mr, buf.as_ptr(), g, 0..t);
+                }
+            });
+            return;
+        }
+        for c0 in (0..t).step_by(ACT_PANEL) {
+            let c1 = (c0 + ACT_PANEL).min(t);
+            for g in g_range.clone() {
+                run_rows(&kern.gemm, kern.max_mr, p.group(g).as_ptr(), g, c0..c1);
             }
         }
     };

@@ -1,5 +1,5 @@
-//! AVX2 inner loops of paged attention: one row's online-softmax update over a run of keys, and
-//! the F16C widening of f16 KV tiles.
+//! AVX2 inner loops of paged attention: the online-softmax update of one row, or of the query
+//! rows of a GQA group together, over a run of keys, and the F16C widening of f16 KV tiles.
 
 use crate::ops::math::{exp256, hmax256, hsum256, load_partial};
 use std::arch::x86_64::*;
@@ -100,10 +100,41 @@ pub(super) unsafe fn update_row(
         k += 1;
     }
 
-    // Block max, rescale factor, exponentiated scores and their sum.
+    let alpha = softmax_block(scores, max, sum);
+
+    // acc = acc * alpha + sum_k p_k v_k, keys outer and up to 8 strips of 8 lanes live at once,
+    // so the FMA latency is hidden behind independent strips. Per lane the FMAs run in the same
+    // order as one strip at a time would (alpha first, then keys in order): same bits.
+    let av = _mm256_set1_ps(alpha);
+    let (ap, vp) = (acc.as_mut_ptr(), v_rows.as_ptr());
+    let mut d = 0;
+    // SAFETY: each call touches lanes d..d + 8 * S < hd of acc and of every value row.
+    unsafe {
+        while d + 64 <= hd {
+            accumulate_strips::<8>(ap.add(d), vp.add(d), hd, scores, av);
+            d += 64;
+        }
+        while d + 32 <= hd {
+            accumulate_strips::<4>(ap.add(d), vp.add(d), hd, scores, av);
+            d += 32;
+        }
+        while d < hd {
+            accumulate_strips::<1>(ap.add(d), vp.add(d), hd, scores, av);
+            d += 8;
+        }
+    }
+}
+
+/// Block max, rescale factor `alpha = exp(max_old - max_new)` (returned), scores replaced by
+/// `exp(s - max_new)`, and `sum = sum * alpha + sum(exp)`; `max` becomes the new max.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn softmax_block(scores: &mut [f32], max: &mut f32, sum: &mut f32) -> f32 {
+    let n = scores.len();
     let mut mv = _mm256_set1_ps(*max);
     let body = n / 8 * 8;
     let mut i = 0;
+    // SAFETY (all blocks): i + 8 <= body <= n = scores.len(); the tail reads n - body < 8 floats.
     while i < body {
         mv = _mm256_max_ps(mv, unsafe { _mm256_loadu_ps(scores.as_ptr().add(i)) });
         i += 8;
@@ -137,26 +168,203 @@ pub(super) unsafe fn update_row(
     }
     *sum = *sum * alpha + block_sum;
     *max = m_new;
+    alpha
+}
 
-    // acc = acc * alpha + sum_k p_k v_k, keys outer and up to 8 strips of 8 lanes live at once,
-    // so the FMA latency is hidden behind independent strips. Per lane the FMAs run in the same
-    // order as one strip at a time would (alpha first, then keys in order): same bits.
-    let av = _mm256_set1_ps(alpha);
-    let (ap, vp) = (acc.as_mut_ptr(), v_rows.as_ptr());
-    let mut d = 0;
-    // SAFETY: each call touches lanes d..d + 8 * S < hd of acc and of every value row.
-    unsafe {
-        while d + 64 <= hd {
-            accumulate_strips::<8>(ap.add(d), vp.add(d), hd, scores, av);
-            d += 64;
+/// [`update_row`] for the query rows of one GQA group at one position, which all fold the same
+/// keys: `q_rows` and `acc` are `rows x hd`, `scores` is `rows x n`, `max`/`sum` one per row
+/// (`rows = max.len()`, `hd % 8 == 0`). Rows go in blocks of 2 or 3 so each K and V vector is
+/// loaded once per block instead of once per row (the single-row kernel is load-bound).
+/// Every row's result is bit for bit what [`update_row`] gives on that row alone: a score is
+/// the same 8-lane FMA chain over `d` ascending, reduced by `reduce4` for keys in the whole
+/// fours from the start and by `hsum256` for the last `n % 4` (as `update_row`'s 8-, 4- and
+/// 1-key loops do), and each acc lane is `acc * alpha` then one FMA per key in order.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn update_rows(
+    q_rows: &[f32],
+    k_rows: &[f32],
+    v_rows: &[f32],
+    scale: f32,
+    scores: &mut [f32],
+    max: &mut [f32],
+    sum: &mut [f32],
+    acc: &mut [f32],
+) {
+    let rows = max.len();
+    if rows == 0 || scores.is_empty() {
+        return; // no rows, or no keys to fold
+    }
+    let (hd, n) = (acc.len() / rows, scores.len() / rows);
+    debug_assert!(
+        hd.is_multiple_of(8)
+            && sum.len() == rows
+            && q_rows.len() == rows * hd
+            && acc.len() == rows * hd
+            && scores.len() == rows * n
+            && k_rows.len() == n * hd
+            && v_rows.len() == n * hd
+    );
+    let mut r = 0;
+    while r < rows {
+        // Blocks of 3 rows fill the 16 ymm registers; 4 rows go as 2 + 2, never 3 + 1.
+        let take = match rows - r {
+            1 => 1,
+            2 | 4 => 2,
+            _ => 3,
+        };
+        let (q, a) = (
+            &q_rows[r * hd..][..take * hd],
+            &mut acc[r * hd..][..take * hd],
+        );
+        let s = &mut scores[r * n..][..take * n];
+        let (m, l) = (&mut max[r..r + take], &mut sum[r..r + take]);
+        // SAFETY: AVX2+FMA per this function's contract; every block's slices have the lengths
+        // its kernel expects (checked above for the whole group).
+        unsafe {
+            match take {
+                1 => update_row(q, k_rows, v_rows, scale, s, &mut m[0], &mut l[0], a),
+                2 => update_block::<2>(q, k_rows, v_rows, scale, s, m, l, a),
+                _ => update_block::<3>(q, k_rows, v_rows, scale, s, m, l, a),
+            }
         }
+        r += take;
+    }
+}
+
+/// [`update_rows`] for exactly `R` rows, everything register-blocked over the rows.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn update_block<const R: usize>(
+    q_rows: &[f32],
+    k_rows: &[f32],
+    v_rows: &[f32],
+    scale: f32,
+    scores: &mut [f32],
+    max: &mut [f32],
+    sum: &mut [f32],
+    acc: &mut [f32],
+) {
+    let hd = q_rows.len() / R;
+    let n = scores.len() / R;
+    debug_assert!(
+        max.len() == R
+            && sum.len() == R
+            && acc.len() == R * hd
+            && k_rows.len() == n * hd
+            && v_rows.len() == n * hd
+    );
+    let (q, kp, sp) = (q_rows.as_ptr(), k_rows.as_ptr(), scores.as_mut_ptr());
+    // SAFETY (all blocks below): row r's q/acc lanes are r*hd + d, d + 8 <= hd; key k's lanes
+    // are k*hd + d with k < n; row r's scores are r*n + k with k < n (lengths asserted above).
+    let mut k = 0;
+    // R rows x 4 keys of accumulators; each K vector is loaded once for the R rows.
+    while k + 4 <= n {
+        let mut a = [[_mm256_setzero_ps(); 4]; R];
+        let mut d = 0;
+        while d < hd {
+            unsafe {
+                let mut qv = [_mm256_setzero_ps(); R];
+                for (r, qv) in qv.iter_mut().enumerate() {
+                    *qv = _mm256_loadu_ps(q.add(r * hd + d));
+                }
+                for j in 0..4 {
+                    let kv = _mm256_loadu_ps(kp.add((k + j) * hd + d));
+                    for (a, qv) in a.iter_mut().zip(&qv) {
+                        a[j] = _mm256_fmadd_ps(*qv, kv, a[j]);
+                    }
+                }
+            }
+            d += 8;
+        }
+        let scale4 = _mm_set1_ps(scale);
+        for (r, a) in a.iter().enumerate() {
+            let s4 = reduce4(a[0], a[1], a[2], a[3]);
+            unsafe { _mm_storeu_ps(sp.add(r * n + k), _mm_mul_ps(s4, scale4)) };
+        }
+        k += 4;
+    }
+    while k < n {
+        let mut a = [_mm256_setzero_ps(); R];
+        let mut d = 0;
+        while d < hd {
+            unsafe {
+                let kv = _mm256_loadu_ps(kp.add(k * hd + d));
+                for (r, a) in a.iter_mut().enumerate() {
+                    *a = _mm256_fmadd_ps(_mm256_loadu_ps(q.add(r * hd + d)), kv, *a);
+                }
+            }
+            d += 8;
+        }
+        for (r, a) in a.iter().enumerate() {
+            unsafe { *sp.add(r * n + k) = hsum256(*a) * scale };
+        }
+        k += 1;
+    }
+
+    let mut alpha = [_mm256_setzero_ps(); R];
+    for (r, (al, s)) in alpha.iter_mut().zip(scores.chunks_exact_mut(n)).enumerate() {
+        *al = _mm256_set1_ps(softmax_block(s, &mut max[r], &mut sum[r]));
+    }
+
+    // acc rows = acc * alpha + sum_k p_k v_k with R rows x S strips live: each V vector is
+    // loaded once for the R rows. R = 3, S = 4 takes all 16 ymm registers (12 accumulators,
+    // 3 broadcast weights, 1 value vector); six strips for R = 2 measured no better.
+    let (ap, vp, sp) = (acc.as_mut_ptr(), v_rows.as_ptr(), scores.as_ptr());
+    let mut d = 0;
+    // SAFETY: each call touches lanes d..d + 8 * S <= hd of every acc row and value row.
+    unsafe {
         while d + 32 <= hd {
-            accumulate_strips::<4>(ap.add(d), vp.add(d), hd, scores, av);
+            accumulate_block::<R, 4>(ap.add(d), vp.add(d), hd, sp, n, &alpha);
             d += 32;
         }
         while d < hd {
-            accumulate_strips::<1>(ap.add(d), vp.add(d), hd, scores, av);
+            accumulate_block::<R, 1>(ap.add(d), vp.add(d), hd, sp, n, &alpha);
             d += 8;
+        }
+    }
+}
+
+/// For each row `r < R`: `acc[r * hd..][..8S] = acc * alpha[r] + sum_k w[r * n + k] *
+/// v[k * hd..][..8S]`, all `R x S` strips in registers, keys in order.
+///
+/// # Safety
+/// `acc + r * hd..+ 8S` must be writable for `r < R`, `v + k * hd..+ 8S` readable and
+/// `w + r * n + k` readable for every `k < n`.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn accumulate_block<const R: usize, const S: usize>(
+    acc: *mut f32,
+    v: *const f32,
+    hd: usize,
+    w: *const f32,
+    n: usize,
+    alpha: &[__m256; R],
+) {
+    let mut a = [[_mm256_setzero_ps(); S]; R];
+    // SAFETY (all blocks): offsets as in the contract.
+    for (r, (a, al)) in a.iter_mut().zip(alpha).enumerate() {
+        for (j, a) in a.iter_mut().enumerate() {
+            *a = _mm256_mul_ps(unsafe { _mm256_loadu_ps(acc.add(r * hd + 8 * j)) }, *al);
+        }
+    }
+    for k in 0..n {
+        let mut wv = [_mm256_setzero_ps(); R];
+        for (r, wv) in wv.iter_mut().enumerate() {
+            *wv = _mm256_set1_ps(unsafe { *w.add(r * n + k) });
+        }
+        let row = unsafe { v.add(k * hd) };
+        for j in 0..S {
+            let vv = unsafe { _mm256_loadu_ps(row.add(8 * j)) };
+            for (a, wv) in a.iter_mut().zip(&wv) {
+                a[j] = _mm256_fmadd_ps(*wv, vv, a[j]);
+            }
+        }
+    }
+    for (r, a) in a.iter().enumerate() {
+        for (j, a) in a.iter().enumerate() {
+            unsafe { _mm256_storeu_ps(acc.add(r * hd + 8 * j), *a) };
         }
     }
 }
@@ -408,6 +616,77 @@ mod tests {
                     assert_eq!(got.1.to_bits(), want.1.to_bits(), "{what}: max");
                     assert_eq!(got.2.to_bits(), want.2.to_bits(), "{what}: sum");
                     assert_eq!(bits(&got.3), bits(&want.3), "{what}: acc");
+                }
+            }
+        }
+    }
+
+    /// Folding a group's rows together gives every row the bits `update_row` gives it alone:
+    /// group sizes 1..=8 (blocks of 1, 2, 3 and their mixes), head dims with and without a
+    /// 32-lane strip tail, 1..=16 keys, rows with empty (max = -inf) and finite prior states.
+    #[test]
+    fn update_rows_matches_update_row_per_row_bit_for_bit() {
+        if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
+            return;
+        }
+        let mut rng = StdRng::seed_from_u64(6);
+        let mut vec = |n: usize, amp: f32| -> Vec<f32> {
+            (0..n).map(|_| rng.random_range(-amp..amp)).collect()
+        };
+        let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        for hd in [8, 40, 64, 128, 256] {
+            for group in 1..=8 {
+                for n in 1..=16 {
+                    for trial in 0..3 {
+                        let (q, k, v) = (vec(group * hd, 3.0), vec(n * hd, 1.0), vec(n * hd, 1.0));
+                        let acc0 = vec(group * hd, 2.0);
+                        let prior = vec(2 * group, 4.0);
+                        // Trial 0: all rows empty; 1: all finite; 2: alternating.
+                        let (max0, sum0): (Vec<f32>, Vec<f32>) = (0..group)
+                            .map(|r| match (trial, r % 2) {
+                                (0, _) | (2, 0) => (f32::NEG_INFINITY, 0.0),
+                                _ => (prior[2 * r], 1.0 + prior[2 * r + 1].abs()),
+                            })
+                            .unzip();
+                        let scale = 1.0 / (hd as f32).sqrt();
+                        let (mut scores, mut acc) = (vec![0.0; group * n], acc0.clone());
+                        let (mut max, mut sum) = (max0.clone(), sum0.clone());
+                        // SAFETY: AVX2+FMA checked above; lengths as the kernel requires.
+                        unsafe {
+                            update_rows(
+                                &q,
+                                &k,
+                                &v,
+                                scale,
+                                &mut scores,
+                                &mut max,
+                                &mut sum,
+                                &mut acc,
+                            )
+                        };
+                        for r in 0..group {
+                            let (mut s1, mut a1) = (vec![0.0; n], acc0[r * hd..][..hd].to_vec());
+                            let (mut m1, mut l1) = (max0[r], sum0[r]);
+                            // SAFETY: as above.
+                            unsafe {
+                                update_row(
+                                    &q[r * hd..][..hd],
+                                    &k,
+                                    &v,
+                                    scale,
+                                    &mut s1,
+                                    &mut m1,
+                                    &mut l1,
+                                    &mut a1,
+                                )
+                            };
+                            let what = format!("hd {hd} group {group} n {n} trial {trial} row {r}");
+                            assert_eq!(bits(&scores[r * n..][..n]), bits(&s1), "{what}: scores");
+                            assert_eq!(max[r].to_bits(), m1.to_bits(), "{what}: max");
+                            assert_eq!(sum[r].to_bits(), l1.to_bits(), "{what}: sum");
+                            assert_eq!(bits(&acc[r * hd..][..hd]), bits(&a1), "{what}: acc");
+                        }
+                    }
                 }
             }
         }

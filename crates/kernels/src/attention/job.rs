@@ -264,7 +264,7 @@ impl<T: KvElement> Job<'_, T> {
         } = self.layout;
         let group = self.group;
         sc.part.reset(span.rows, hd);
-        sc.scores.resize(KEY_TILE, 0.0);
+        sc.scores.resize(KEY_TILE * group, 0.0);
         sc.k_tile.resize(KEY_TILE * hd, 0.0);
         sc.v_tile.resize(KEY_TILE * hd, 0.0);
         let Scratch {
@@ -336,47 +336,60 @@ impl<T: KvElement> Job<'_, T> {
                     &k_run[(lo - t_lo) * hd..(hi - t_lo) * hd],
                     &v_run[(lo - t_lo) * hd..(hi - t_lo) * hd],
                 );
-                let scores = &mut scores[..hi - lo];
-                for hh in 0..group {
-                    let r = qi * group + hh;
-                    let q_row = &self.q
-                        [((span.row0 + qi) * self.n_heads + span.g * group + hh) * hd..][..hd];
-                    self.update_row(
-                        q_row,
-                        k_rows,
-                        v_rows,
-                        scores,
-                        &mut st.max[r],
-                        &mut st.sum[r],
-                        &mut st.acc[r * hd..(r + 1) * hd],
-                    );
-                }
+                // The group's heads are adjacent in q and their state rows adjacent in `st`.
+                let r0 = qi * group;
+                let q_rows = &self.q[((span.row0 + qi) * self.n_heads + span.g * group) * hd..]
+                    [..group * hd];
+                self.update_rows(
+                    q_rows,
+                    k_rows,
+                    v_rows,
+                    &mut scores[..group * (hi - lo)],
+                    &mut st.max[r0..r0 + group],
+                    &mut st.sum[r0..r0 + group],
+                    &mut st.acc[r0 * hd..(r0 + group) * hd],
+                );
             }
         }
     }
 
-    /// Folds keys `k_rows` (n x hd) into one row's online softmax: scores, new running max,
-    /// rescale of the old sum and accumulator, then `acc += sum_k exp(s_k - m) v_k`.
+    /// Folds keys `k_rows` (n x hd) into the online softmax of each of the `max.len()` rows of
+    /// `q_rows` (one GQA group at one position): scores (`rows x n`), new running max, rescale
+    /// of the old sum and accumulator, then `acc += sum_k exp(s_k - m) v_k`. Each row's result
+    /// does not depend on the other rows.
     #[allow(clippy::too_many_arguments)]
     #[inline]
-    fn update_row(
+    fn update_rows(
         &self,
-        q_row: &[f32],
+        q_rows: &[f32],
         k_rows: &[f32],
         v_rows: &[f32],
         scores: &mut [f32],
-        max: &mut f32,
-        sum: &mut f32,
+        max: &mut [f32],
+        sum: &mut [f32],
         acc: &mut [f32],
     ) {
         #[cfg(target_arch = "x86_64")]
         if self.avx2 {
             // SAFETY: `avx2` is only set after run-time detection and when head_dim % 8 == 0;
-            // slice lengths are n * head_dim for k/v rows, head_dim for q and acc.
-            unsafe { avx2::update_row(q_row, k_rows, v_rows, self.scale, scores, max, sum, acc) };
+            // slice lengths are n * head_dim for k/v rows, rows x head_dim for q and acc,
+            // rows x n for scores.
+            unsafe { avx2::update_rows(q_rows, k_rows, v_rows, self.scale, scores, max, sum, acc) };
             return;
         }
-        scalar_update_row(q_row, k_rows, v_rows, self.scale, scores, max, sum, acc);
+        let hd = self.layout.head_dim;
+        let n = k_rows.len() / hd.max(1);
+        if n == 0 {
+            return; // no keys to fold
+        }
+        let rows = q_rows
+            .chunks_exact(hd)
+            .zip(scores.chunks_exact_mut(n))
+            .zip(max.iter_mut().zip(sum.iter_mut()))
+            .zip(acc.chunks_exact_mut(hd));
+        for (((q_row, scores), (max, sum)), acc) in rows {
+            scalar_update_row(q_row, k_rows, v_rows, self.scale, scores, max, sum, acc);
+        }
     }
 }
 

@@ -11,6 +11,26 @@
 //! (activation row, output column) result depends only on that row and column: never on the
 //! batch, the number of rows a kernel call takes, or the thread split.
 
+/// Defines `$name`, a [`GemmFn`] that runs the file's `gemm_with` kernel body over group blocks
+/// in the form `$source` reads (packed, or unpacked by [`Unpacked::unpack`]).
+macro_rules! gemm_over {
+    ($(#[$doc:meta])* $name:ident, $source:ty) => {
+        $(#[$doc])*
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn $name<const MR: usize>(
+            w: *const u8,
+            nb: usize,
+            a: *const u8,
+            a_row: usize,
+            y: *mut f32,
+            ldy: usize,
+        ) {
+            // SAFETY: the caller upholds the `GemmFn` contract, which `gemm_with` shares.
+            unsafe { gemm_with::<$source, MR>(w, nb, a, a_row, y, ldy) }
+        }
+    };
+}
+
 mod q4_1;
 mod q4_k;
 mod q5_0;
@@ -36,6 +56,27 @@ pub(crate) const MAX_MR: usize = 4;
 pub(crate) type GemmFn =
     unsafe fn(w: *const u8, nb: usize, a: *const u8, a_row: usize, y: *mut f32, ldy: usize);
 
+/// A type's second form of a group block for prompt-sized products: quants unpacked to one byte
+/// each (with their high bits, for Q5_0) and laid out as the kernel reads them. A product over
+/// many activation rows unpacks each group once into a small buffer and then walks every row
+/// over it, instead of repeating the bit manipulation for every 4 rows. The kernels perform
+/// the same integer sums and f32 operations as the [`PackedKernels::gemm`] ones, so a row's
+/// result does not depend on which of the two ran.
+pub(crate) struct Unpacked {
+    /// Bytes of one unpacked group block.
+    pub block_bytes: usize,
+    /// Unpacks `nb` group blocks at `w` into `dst` (`nb * block_bytes` bytes).
+    ///
+    /// # Safety
+    /// AVX2+FMA+F16C; `w` holds `nb` group blocks of the type; `dst` is writable for
+    /// `nb * block_bytes` bytes.
+    pub unpack: unsafe fn(w: *const u8, nb: usize, dst: *mut u8),
+    /// [`GemmFn`]s over unpacked group blocks, for 1..=MAX_MR activation rows.
+    pub gemm: [GemmFn; MAX_MR],
+    /// Most rows per call worth taking (see [`PackedKernels::max_mr`]).
+    pub max_mr: usize,
+}
+
 /// One weight type's packed kernels.
 pub(crate) struct PackedKernels {
     /// Bytes of one group block (block `ib` of 8 rows).
@@ -44,6 +85,12 @@ pub(crate) struct PackedKernels {
     pub pack_group: fn(src: [&[u8]; GROUP_ROWS], dst: &mut [u8]),
     /// Kernels for 1..=MAX_MR activation rows, at index `mr - 1`.
     pub gemm: [GemmFn; MAX_MR],
+    /// Most rows per call worth taking: where 4 rows' state spills out of the 16 registers
+    /// (the K-quants), 3 rows per call do more work per cycle.
+    pub max_mr: usize,
+    /// The unpacked form for prompt-sized products, where its bit manipulation is worth
+    /// hoisting out of the per-row loop.
+    pub unpacked: Option<Unpacked>,
     /// Scalar reference: `out[j] = a . w_j` for one activation row `a` (nb blocks) against the
     /// group's `nb` group blocks `w`, with the same f32 operations as `gemm`.
     pub reference: fn(w: &[u8], a: &[u8], out: &mut [f32; GROUP_ROWS]),
@@ -88,7 +135,7 @@ pub struct PackedMatrix {
     ty: GgmlType,
     n: usize,
     k: usize,
-    data: Vec<u8>,
+    data: crate::huge_pages::HugeBuffer,
 }
 
 impl std::fmt::Debug for PackedMatrix {
@@ -124,7 +171,7 @@ impl PackedMatrix {
         let (bs, nb) = (ty.type_size(), k / ty.block_size());
         let groups = n.div_ceil(GROUP_ROWS);
         let group_len = nb * kern.group_bytes;
-        let mut data = vec![0u8; groups * group_len];
+        let mut data = crate::huge_pages::HugeBuffer::zeroed(groups * group_len);
         let zero = vec![0u8; bs];
         let pack_groups = |first: usize, out: &mut [u8]| {
             for (gi, dst) in out.chunks_exact_mut(group_len).enumerate() {

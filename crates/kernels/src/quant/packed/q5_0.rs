@@ -15,7 +15,7 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use super::{GROUP_ROWS, PackedKernels, f16_at, f32_at};
+use super::{GROUP_ROWS, PackedKernels, Unpacked, f16_at, f32_at};
 
 const GROUP_BYTES: usize = 16 + 32 + 4 * 32;
 /// Offset of the quant chunks in a group block.
@@ -47,8 +47,25 @@ pub(super) static KERNELS: PackedKernels = PackedKernels {
     group_bytes: GROUP_BYTES,
     pack_group,
     gemm: [gemm::<1>, gemm::<2>, gemm::<3>, gemm::<4>],
+    max_mr: 4,
+    unpacked: Some(Unpacked {
+        block_bytes: UNPACKED_BYTES,
+        unpack,
+        gemm: [
+            gemm_unpacked::<1>,
+            gemm_unpacked::<2>,
+            gemm_unpacked::<3>,
+            gemm_unpacked::<4>,
+        ],
+        max_mr: 3,
+    }),
     reference,
 };
+
+/// An unpacked group block: the rows' f16 `d`, then per chunk `c` at `16 + 64c` the 32 bytes
+/// of elements `4c + b` (`0..=31`, byte `4r + b` for row r) and at `48 + 64c` those of
+/// elements `16 + 4c + b`: the `lo` and `hi` vectors [`gemm`] builds for chunk c.
+const UNPACKED_BYTES: usize = 16 + 4 * 64;
 
 /// Packs 8 rows' GGUF Q5_0 blocks (`d: f16, qh: u32, qs[16]`; bit j of qh is the 5th bit of
 /// element j, ggml-quants.c dequantize_row_q5_0).
@@ -93,9 +110,21 @@ fn reference(w: &[u8], a: &[u8], out: &mut [f32; GROUP_ROWS]) {
     *out = acc;
 }
 
-/// See [`super::GemmFn`] for the contract.
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn gemm<const MR: usize>(
+gemm_over!(
+    /// See [`super::GemmFn`] for the contract.
+    gemm,
+    Chunks
+);
+gemm_over!(
+    /// [`gemm`] over unpacked group blocks ([`UNPACKED_BYTES`]).
+    gemm_unpacked,
+    Loaded
+);
+
+/// The kernel body over either form of a group block: the same integer sums and f32
+/// operations.
+#[inline(always)]
+unsafe fn gemm_with<S: ChunkSource, const MR: usize>(
     w: *const u8,
     nb: usize,
     a: *const u8,
@@ -104,32 +133,18 @@ unsafe fn gemm<const MR: usize>(
     ldy: usize,
 ) {
     unsafe {
-        let m4 = _mm256_set1_epi8(0x0F);
-        let m16 = _mm256_set1_epi8(0x10);
         let ones = _mm256_set1_epi16(1);
         let mut acc = [_mm256_setzero_ps(); MR];
         for ib in 0..nb {
-            let g = w.add(ib * GROUP_BYTES);
+            let g = w.add(ib * S::BYTES);
             let ab = a.add(ib * ACT_BLOCK);
             // Quants 0..=31 times Q8_0 activations in -127..=127 (both quantizers scale amax to
             // 127): a maddubs i16 lane is at most 2 * 31 * 127 = 7874, so each i16 sum takes
             // four of them (31496) and two sums (chunks 0-1, 2-3) cover the block.
             let mut s16 = [[_mm256_setzero_si256(); 2]; MR];
-            // Bit 4 + c of `hl` and bit c of the bytes (bit 4 + c of `hh`) are chunk c's 5th
-            // bits; one right shift per chunk brings the next to bit 4. A 16-bit shift of at
-            // most 4 never carries a neighbour byte's bit into bit 4.
-            let h = _mm256_loadu_si256(g.add(16) as *const __m256i);
-            let mut hl = h;
-            let mut hh = _mm256_slli_epi16(h, 4);
+            let mut chunks = S::begin(g);
             for c in 0..4 {
-                let q = _mm256_loadu_si256(g.add(QS + 32 * c) as *const __m256i);
-                let lo = _mm256_or_si256(_mm256_and_si256(q, m4), _mm256_and_si256(hl, m16));
-                let hi = _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
-                    _mm256_and_si256(hh, m16),
-                );
-                hl = _mm256_srli_epi16(hl, 1);
-                hh = _mm256_srli_epi16(hh, 1);
+                let (lo, hi) = chunks.chunk(g, c);
                 for i in 0..MR {
                     let yp = ab.add(i * a_row + 8 + 4 * c) as *const i32;
                     let ylo = _mm256_set1_epi32(yp.read_unaligned());
@@ -156,6 +171,99 @@ unsafe fn gemm<const MR: usize>(
         }
         for i in 0..MR {
             _mm256_storeu_ps(y.add(i * ldy), acc[i]);
+        }
+    }
+}
+
+/// Where the kernel body gets a block's chunk vectors: built from the packed bits, or loaded
+/// from an unpacked block. Only called from the AVX2 kernels, on blocks in bounds.
+trait ChunkSource {
+    /// Bytes of one block in this form.
+    const BYTES: usize;
+    unsafe fn begin(g: *const u8) -> Self;
+    /// Chunk `c`'s `lo` and `hi` quant vectors (called in order c = 0, 1, 2, 3).
+    unsafe fn chunk(&mut self, g: *const u8, c: usize) -> (__m256i, __m256i);
+}
+
+/// Builds a group block's `lo`/`hi` quant vectors chunk by chunk: bit 4 + c of `hl` and bit c of
+/// the 5th-bit bytes (bit 4 + c of `hh`) are chunk c's 5th bits, and one right shift per chunk
+/// brings the next to bit 4. A 16-bit shift of at most 4 never carries a neighbour byte's bit
+/// into bit 4.
+struct Chunks {
+    hl: __m256i,
+    hh: __m256i,
+}
+
+impl ChunkSource for Chunks {
+    const BYTES: usize = GROUP_BYTES;
+
+    #[inline(always)]
+    unsafe fn begin(g: *const u8) -> Self {
+        // SAFETY: AVX2 callers only; the 5th bits are at 16..48 of the group block.
+        unsafe {
+            let h = _mm256_loadu_si256(g.add(16) as *const __m256i);
+            Self {
+                hl: h,
+                hh: _mm256_slli_epi16(h, 4),
+            }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn chunk(&mut self, g: *const u8, c: usize) -> (__m256i, __m256i) {
+        // SAFETY: AVX2 callers only; chunk c is at QS + 32c..QS + 32c + 32 of the group block.
+        unsafe {
+            let (m4, m16) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x10));
+            let q = _mm256_loadu_si256(g.add(QS + 32 * c) as *const __m256i);
+            let lo = _mm256_or_si256(_mm256_and_si256(q, m4), _mm256_and_si256(self.hl, m16));
+            let hi = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
+                _mm256_and_si256(self.hh, m16),
+            );
+            self.hl = _mm256_srli_epi16(self.hl, 1);
+            self.hh = _mm256_srli_epi16(self.hh, 1);
+            (lo, hi)
+        }
+    }
+}
+
+/// Chunks loaded from an unpacked block.
+struct Loaded;
+
+impl ChunkSource for Loaded {
+    const BYTES: usize = UNPACKED_BYTES;
+
+    #[inline(always)]
+    unsafe fn begin(_: *const u8) -> Self {
+        Loaded
+    }
+
+    #[inline(always)]
+    unsafe fn chunk(&mut self, g: *const u8, c: usize) -> (__m256i, __m256i) {
+        // SAFETY: chunk c's vectors are at 16 + 64c..80 + 64c of the unpacked block.
+        unsafe {
+            (
+                _mm256_loadu_si256(g.add(16 + 64 * c) as *const __m256i),
+                _mm256_loadu_si256(g.add(48 + 64 * c) as *const __m256i),
+            )
+        }
+    }
+}
+
+/// See [`Unpacked::unpack`].
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn unpack(w: *const u8, nb: usize, dst: *mut u8) {
+    for ib in 0..nb {
+        // SAFETY: per the contract, block ib of `w` and of `dst` are in bounds.
+        unsafe {
+            let (g, u) = (w.add(ib * GROUP_BYTES), dst.add(ib * UNPACKED_BYTES));
+            std::ptr::copy_nonoverlapping(g, u, 16);
+            let mut chunks = Chunks::begin(g);
+            for c in 0..4 {
+                let (lo, hi) = chunks.chunk(g, c);
+                _mm256_storeu_si256(u.add(16 + 64 * c) as *mut __m256i, lo);
+                _mm256_storeu_si256(u.add(48 + 64 * c) as *mut __m256i, hi);
+            }
         }
     }
 }

@@ -17,7 +17,7 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use super::{GROUP_ROWS, PackedKernels, f16_at};
+use super::{GROUP_ROWS, PackedKernels, Unpacked, f16_at};
 
 const GROUP_BYTES: usize = 16 + 128 + 16 * 96;
 /// Offsets of the scales and the quants in a group block.
@@ -31,8 +31,25 @@ pub(super) static KERNELS: PackedKernels = PackedKernels {
     group_bytes: GROUP_BYTES,
     pack_group,
     gemm: [gemm::<1>, gemm::<2>, gemm::<3>, gemm::<4>],
+    max_mr: 3,
+    unpacked: Some(Unpacked {
+        block_bytes: UNPACKED_BYTES,
+        unpack,
+        gemm: [
+            gemm_unpacked::<1>,
+            gemm_unpacked::<2>,
+            gemm_unpacked::<3>,
+            gemm_unpacked::<4>,
+        ],
+        max_mr: 3,
+    }),
     reference,
 };
+
+/// An unpacked group block: `d` and the scales as in the group block, then per sub-block `i`
+/// at `QS + 128i` the four 32-byte vectors of 6-bit quants (`0..=63`) [`gemm`] builds from its
+/// 96 packed bytes, element `16i + 4m + b` of row r in byte `4r + b` of vector m.
+const UNPACKED_BYTES: usize = QS + 16 * 128;
 
 /// Unsigned 6-bit quant (0..=63) of element `e` of a GGUF Q6_K block (`ql[128], qh[64],
 /// scales: i8[16], d: f16`): per 128-element half, `ql[l]` holds elements l (low nibble) and
@@ -92,9 +109,21 @@ fn reference(w: &[u8], a: &[u8], out: &mut [f32; GROUP_ROWS]) {
     *out = acc;
 }
 
-/// See [`super::GemmFn`] for the contract.
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn gemm<const MR: usize>(
+gemm_over!(
+    /// See [`super::GemmFn`] for the contract.
+    gemm,
+    Packed
+);
+gemm_over!(
+    /// [`gemm`] over unpacked group blocks ([`UNPACKED_BYTES`]).
+    gemm_unpacked,
+    Loaded
+);
+
+/// The kernel body over either form of a group block: the same integer sums and f32
+/// operations.
+#[inline(always)]
+unsafe fn gemm_with<S: QuantSource, const MR: usize>(
     w: *const u8,
     nb: usize,
     a: *const u8,
@@ -103,8 +132,6 @@ unsafe fn gemm<const MR: usize>(
     ldy: usize,
 ) {
     unsafe {
-        let m4 = _mm256_set1_epi8(0x0F);
-        let m30 = _mm256_set1_epi8(0x30);
         // pshufb patterns copying i16 lane 2m (even: sub-block 2k) or 2m + 1 (odd: 2k + 1)
         // to both lanes 2m, 2m + 1, the two lanes maddubs fills from row m's quants.
         let dup_even = _mm256_broadcastsi128_si256(_mm_setr_epi8(
@@ -115,7 +142,7 @@ unsafe fn gemm<const MR: usize>(
         ));
         let mut acc = [_mm256_setzero_ps(); MR];
         for ib in 0..nb {
-            let g = w.add(ib * GROUP_BYTES);
+            let g = w.add(ib * S::BYTES);
             let ab = a.add(ib * ACT_BLOCK);
             let mut isum = [_mm256_setzero_si256(); MR];
             let mut off = [_mm256_setzero_si256(); MR];
@@ -132,27 +159,7 @@ unsafe fn gemm<const MR: usize>(
                 for (half, dup) in [dup_even, dup_odd].into_iter().enumerate() {
                     let sub = 2 * k + half;
                     let s = _mm256_shuffle_epi8(sc, dup);
-                    let v = g.add(QS + 96 * sub);
-                    let ql1 = _mm256_loadu_si256(v as *const __m256i);
-                    let ql2 = _mm256_loadu_si256(v.add(32) as *const __m256i);
-                    let qh = _mm256_loadu_si256(v.add(64) as *const __m256i);
-                    // Each 16-bit shift moves bits by at most 4 within a byte's 0x30 window,
-                    // so no neighbour byte's bits land in it.
-                    let q = [
-                        _mm256_or_si256(
-                            _mm256_and_si256(ql1, m4),
-                            _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30),
-                        ),
-                        _mm256_or_si256(
-                            _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                            _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30),
-                        ),
-                        _mm256_or_si256(_mm256_and_si256(ql2, m4), _mm256_and_si256(qh, m30)),
-                        _mm256_or_si256(
-                            _mm256_and_si256(_mm256_srli_epi16(ql2, 4), m4),
-                            _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30),
-                        ),
-                    ];
+                    let q = S::quants(g, sub);
                     for i in 0..MR {
                         let yp = ab.add(i * a_row + 4 + 16 * sub) as *const i32;
                         let y = [0, 1, 2, 3].map(|m| _mm256_set1_epi32(yp.add(m).read_unaligned()));
@@ -183,6 +190,82 @@ unsafe fn gemm<const MR: usize>(
         }
         for i in 0..MR {
             _mm256_storeu_ps(y.add(i * ldy), acc[i]);
+        }
+    }
+}
+
+/// Where the kernel body gets a sub-block's four quant vectors: built from the packed bits, or
+/// loaded from an unpacked block. Only called from the AVX2 kernels, on blocks in bounds.
+trait QuantSource {
+    /// Bytes of one block in this form.
+    const BYTES: usize;
+    unsafe fn quants(g: *const u8, sub: usize) -> [__m256i; 4];
+}
+
+/// From the packed low nibbles and high bit pairs.
+struct Packed;
+/// Loaded from an unpacked block.
+struct Loaded;
+
+impl QuantSource for Packed {
+    const BYTES: usize = GROUP_BYTES;
+
+    #[inline(always)]
+    unsafe fn quants(g: *const u8, sub: usize) -> [__m256i; 4] {
+        // SAFETY: AVX2 callers only; sub-block `sub`'s 96 bytes are inside the group block.
+        unsafe {
+            let (m4, m30) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x30));
+            let v = g.add(QS + 96 * sub);
+            let ql1 = _mm256_loadu_si256(v as *const __m256i);
+            let ql2 = _mm256_loadu_si256(v.add(32) as *const __m256i);
+            let qh = _mm256_loadu_si256(v.add(64) as *const __m256i);
+            // Each 16-bit shift moves bits by at most 4 within a byte's 0x30 window, so no
+            // neighbour byte's bits land in it.
+            [
+                _mm256_or_si256(
+                    _mm256_and_si256(ql1, m4),
+                    _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                    _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30),
+                ),
+                _mm256_or_si256(_mm256_and_si256(ql2, m4), _mm256_and_si256(qh, m30)),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(ql2, 4), m4),
+                    _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30),
+                ),
+            ]
+        }
+    }
+}
+
+impl QuantSource for Loaded {
+    const BYTES: usize = UNPACKED_BYTES;
+
+    #[inline(always)]
+    unsafe fn quants(g: *const u8, sub: usize) -> [__m256i; 4] {
+        // SAFETY: AVX2 callers only; sub-block `sub`'s 128 bytes are inside the unpacked block.
+        unsafe {
+            let v = g.add(QS + 128 * sub);
+            [0, 1, 2, 3].map(|m| _mm256_loadu_si256(v.add(32 * m) as *const __m256i))
+        }
+    }
+}
+
+/// See [`Unpacked::unpack`].
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn unpack(w: *const u8, nb: usize, dst: *mut u8) {
+    for ib in 0..nb {
+        // SAFETY: per the contract, block ib of `w` and of `dst` are in bounds.
+        unsafe {
+            let (g, u) = (w.add(ib * GROUP_BYTES), dst.add(ib * UNPACKED_BYTES));
+            std::ptr::copy_nonoverlapping(g, u, QS);
+            for sub in 0..16 {
+                for (m, q) in Packed::quants(g, sub).into_iter().enumerate() {
+                    _mm256_storeu_si256(u.add(QS + 128 * sub + 32 * m) as *mut __m256i, q);
+                }
+            }
         }
     }
 }

@@ -20,6 +20,8 @@ pub(super) static KERNELS: PackedKernels = PackedKernels {
     group_bytes: GROUP_BYTES,
     pack_group,
     gemm: [gemm::<1>, gemm::<2>, gemm::<3>, gemm::<4>],
+    max_mr: 4,
+    unpacked: None,
     reference,
 };
 
