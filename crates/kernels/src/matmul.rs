@@ -171,7 +171,8 @@ pub fn matmul_at(
 /// `y = x . W^T` for a matrix packed at load ([`PackedMatrix`]): `x` is `[t][k]`, `y` is
 /// `[t][n]`. Tasks take runs of 8-row groups; each walks its groups over panels of activation
 /// rows, so a group's blocks stay in L1 while every row of the panel uses them. With many rows,
-/// a type with an unpacked form (Q5_0) unpacks each group once and walks all rows over that.
+/// a type with an unpacked form (Q5_0, Q6_K) first unpacks the task's groups once and walks the
+/// panels over those.
 ///
 /// # Panics
 /// If the slice lengths do not match the matrix's shape (a caller bug).
@@ -211,8 +212,8 @@ pub fn matmul_packed(
     let n_tasks = groups.div_ceil(per_task);
     let out = OutPtr(y.as_mut_ptr());
 
-    // Prompt-sized products unpack each group once and walk every row over it (see
-    // `packed::Unpacked`); the others walk panels of rows over the packed groups.
+    // Prompt-sized products of types with an unpacked form (see `packed::Unpacked`) walk the
+    // panels over unpacked groups; the others over the packed groups.
     let unpacked = kern.unpacked.as_ref().filter(|_| t >= UNPACK_MIN_ROWS);
     // Rows `rows` of group `g` with kernels `gemm` over group blocks at `w`.
     let run_rows =
@@ -249,12 +250,22 @@ pub fn matmul_packed(
         if let Some(u) = unpacked {
             UNPACKED.with(|buf| {
                 let mut buf = buf.borrow_mut();
-                buf.resize(nb * u.block_bytes, 0);
-                for g in g_range {
+                let group_len = nb * u.block_bytes;
+                buf.resize(g_range.len() * group_len, 0);
+                // All of the task's groups unpacked once (tens of KB, L2), then walked in
+                // panels of rows as the packed path does, so the panel stays in L1.
+                for (i, g) in g_range.clone().enumerate() {
                     // SAFETY: AVX2 as above; the group holds `nb` group blocks and `buf` has
-                    // room for their unpacked form.
-                    unsafe { (u.unpack)(p.group(g).as_ptr(), nb, buf.as_mut_ptr()) };
-                    run_rows(&u.gemm, u.max_mr, buf.as_ptr(), g, 0..t);
+                    // room for the task's groups' unpacked form.
+                    unsafe {
+                        (u.unpack)(p.group(g).as_ptr(), nb, buf[i * group_len..].as_mut_ptr())
+                    };
+                }
+                for c0 in (0..t).step_by(ACT_PANEL) {
+                    let c1 = (c0 + ACT_PANEL).min(t);
+                    for (i, g) in g_range.clone().enumerate() {
+                        run_rows(&u.gemm, u.max_mr, buf[i * group_len..].as_ptr(), g, c0..c1);
+                    }
                 }
             });
             return;
