@@ -274,6 +274,26 @@ impl PackedMatrix {
     }
 }
 
+/// How far ahead of the block in hand a one-row kernel asks for weights. A decode step streams
+/// every weight once; the hardware prefetcher alone left the Q8_0 LM head GEMV at ~16 GB/s of
+/// the ~26 two cores can read, and asking ~1 KB ahead brought it to 20-26.
+const PREFETCH_AHEAD: usize = 1024;
+
+/// Prefetches the `bytes` that lie [`PREFETCH_AHEAD`] past `g` (the block being read). The
+/// address may run past the weights' end: a prefetch never faults, and `wrapping_add` keeps
+/// the pointer arithmetic defined.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(super) fn prefetch_ahead(g: *const u8, bytes: usize) {
+    use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+    let mut off = 0;
+    while off < bytes {
+        // SAFETY: SSE is baseline on x86_64; a prefetch reads nothing architecturally.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(g.wrapping_add(PREFETCH_AHEAD + off).cast()) };
+        off += 64;
+    }
+}
+
 /// f16 bits at `p[at..at + 2]` as f32.
 #[inline]
 pub(crate) fn f16_at(p: &[u8], at: usize) -> f32 {

@@ -123,6 +123,9 @@ unsafe fn gemm<const MR: usize>(
         let mut acc = [_mm256_setzero_ps(); MR];
         for ib in 0..nb {
             let g = w.add(ib * GROUP_BYTES);
+            if MR == 1 {
+                super::prefetch_ahead(g, GROUP_BYTES);
+            }
             let ab = a.add(ib * ACT_BLOCK);
             let mut isum = [_mm256_setzero_si256(); MR];
             for c in 0..4 {

@@ -137,6 +137,9 @@ unsafe fn gemm_with<S: ChunkSource, const MR: usize>(
         let mut acc = [_mm256_setzero_ps(); MR];
         for ib in 0..nb {
             let g = w.add(ib * S::BYTES);
+            if MR == 1 {
+                super::prefetch_ahead(g, S::BYTES);
+            }
             let ab = a.add(ib * ACT_BLOCK);
             // Quants 0..=31 times Q8_0 activations in -127..=127 (both quantizers scale amax to
             // 127): a maddubs i16 lane is at most 2 * 31 * 127 = 7874, so each i16 sum takes

@@ -143,6 +143,9 @@ unsafe fn gemm_with<S: QuantSource, const MR: usize>(
         let mut acc = [_mm256_setzero_ps(); MR];
         for ib in 0..nb {
             let g = w.add(ib * S::BYTES);
+            if MR == 1 {
+                super::prefetch_ahead(g, S::BYTES);
+            }
             let ab = a.add(ib * ACT_BLOCK);
             let mut isum = [_mm256_setzero_si256(); MR];
             let mut off = [_mm256_setzero_si256(); MR];
