@@ -55,9 +55,10 @@ fn packed_matches_reference_bit_for_bit_and_is_batch_invariant() {
             continue;
         };
         let a_row = p.activation_row_bytes();
-        // 11 rows take the unpacked kernels where a type has them (8 rows or more), the
-        // batches below the packed ones: both must give the reference's bits.
-        let t = 11;
+        // 37 rows take the unpacked kernels where a type has them (8 rows or more) and span
+        // two panels of 32 rows; the batches below take the packed ones: all must give the
+        // reference's bits.
+        let t = 37;
         let x = data(t * k, 7);
         let mut act = vec![0u8; t * a_row];
         for (xr, ar) in x.chunks_exact(k).zip(act.chunks_exact_mut(a_row)) {

@@ -128,6 +128,24 @@ pub(crate) fn activation_format(ty: GgmlType) -> Option<(usize, QuantizeFn)> {
     }
 }
 
+/// Quantizes `src` 32 values at a time with the AVX2 quantizer of `vdt` (exactly as for the plain
+/// kernels: packed matrices exist only on AVX2 CPUs) into a `vdt` block, which `write` then
+/// stores in a kernel's own activation block layout.
+fn requantize<const RAW: usize>(
+    vdt: GgmlType,
+    src: &[f32],
+    dst: &mut [u8],
+    act_block: usize,
+    write: impl Fn(&[u8; RAW], &mut [u8]),
+) {
+    let quantize = super::dispatch::activation_quantizer(vdt, SimdLevel::Avx2);
+    let mut raw = [0u8; RAW];
+    for (x, b) in src.chunks_exact(32).zip(dst.chunks_exact_mut(act_block)) {
+        quantize(x, &mut raw);
+        write(&raw, b);
+    }
+}
+
 /// A weight matrix of `n` rows of `k` elements in group-block layout: group `g` (rows
 /// `8g..8g + 8`, the last one padded with zero rows) is `nb` group blocks from
 /// `g * nb * group_bytes`.

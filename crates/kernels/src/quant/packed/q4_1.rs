@@ -13,6 +13,7 @@
 use std::arch::x86_64::*;
 
 use super::{GROUP_ROWS, PackedKernels, f16_at, f32_at};
+use crate::quant::GgmlType;
 
 const GROUP_BYTES: usize = 32 + 4 * 32;
 /// An activation block: Q8_1's `d` and `s = d * sum(q)` (f16 values) widened to f32, then its
@@ -21,20 +22,13 @@ pub(super) const ACT_BLOCK: usize = 40;
 /// A Q8_1 block as the quantizer writes it: f16 d, f16 s, 32 i8 quants.
 const Q8_1_BLOCK: usize = 36;
 
-/// Quantizes `src` to Q8_1 (exactly as for the plain kernels) and stores each block in the
-/// [`ACT_BLOCK`] layout. Packed matrices exist only on AVX2 CPUs, so the AVX2 quantizer runs.
+/// Quantizes `src` to Q8_1 and stores each block in the [`ACT_BLOCK`] layout.
 pub(super) fn quantize_activations(src: &[f32], dst: &mut [u8]) {
-    let quantize = crate::quant::dispatch::activation_quantizer(
-        crate::quant::GgmlType::Q8_1,
-        crate::cpu::SimdLevel::Avx2,
-    );
-    let mut q = [0u8; Q8_1_BLOCK];
-    for (x, b) in src.chunks_exact(32).zip(dst.chunks_exact_mut(ACT_BLOCK)) {
-        quantize(x, &mut q);
-        b[0..4].copy_from_slice(&f16_at(&q, 0).to_le_bytes());
-        b[4..8].copy_from_slice(&f16_at(&q, 2).to_le_bytes());
+    super::requantize::<Q8_1_BLOCK>(GgmlType::Q8_1, src, dst, ACT_BLOCK, |q, b| {
+        b[0..4].copy_from_slice(&f16_at(q, 0).to_le_bytes());
+        b[4..8].copy_from_slice(&f16_at(q, 2).to_le_bytes());
         b[8..40].copy_from_slice(&q[4..36]);
-    }
+    });
 }
 
 pub(super) static KERNELS: PackedKernels = PackedKernels {

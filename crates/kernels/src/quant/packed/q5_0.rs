@@ -16,6 +16,7 @@
 use std::arch::x86_64::*;
 
 use super::{GROUP_ROWS, PackedKernels, Unpacked, f16_at, f32_at};
+use crate::quant::GgmlType;
 
 const GROUP_BYTES: usize = 16 + 32 + 4 * 32;
 /// Offset of the quant chunks in a group block.
@@ -26,21 +27,14 @@ pub(super) const ACT_BLOCK: usize = 40;
 /// A Q8_0 block as the quantizer writes it: f16 d, 32 i8 quants.
 const Q8_0_BLOCK: usize = 34;
 
-/// Quantizes `src` to Q8_0 (exactly as for the plain kernels) and stores each block in the
-/// [`ACT_BLOCK`] layout. Packed matrices exist only on AVX2 CPUs, so the AVX2 quantizer runs.
+/// Quantizes `src` to Q8_0 and stores each block in the [`ACT_BLOCK`] layout.
 pub(super) fn quantize_activations(src: &[f32], dst: &mut [u8]) {
-    let quantize = crate::quant::dispatch::activation_quantizer(
-        crate::quant::GgmlType::Q8_0,
-        crate::cpu::SimdLevel::Avx2,
-    );
-    let mut q = [0u8; Q8_0_BLOCK];
-    for (x, b) in src.chunks_exact(32).zip(dst.chunks_exact_mut(ACT_BLOCK)) {
-        quantize(x, &mut q);
+    super::requantize::<Q8_0_BLOCK>(GgmlType::Q8_0, src, dst, ACT_BLOCK, |q, b| {
         let sum: i32 = q[2..].iter().map(|&v| v as i8 as i32).sum();
-        b[0..4].copy_from_slice(&f16_at(&q, 0).to_le_bytes());
+        b[0..4].copy_from_slice(&f16_at(q, 0).to_le_bytes());
         b[4..8].copy_from_slice(&(16 * sum).to_le_bytes());
         b[8..40].copy_from_slice(&q[2..34]);
-    }
+    });
 }
 
 pub(super) static KERNELS: PackedKernels = PackedKernels {
