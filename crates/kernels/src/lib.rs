@@ -4,6 +4,7 @@
 //! CPU features (never `target-cpu=native`) and tested against the scalar one.
 
 pub mod attention;
+pub mod bandwidth;
 pub mod cpu;
 mod huge_pages;
 pub mod matmul;

@@ -5,6 +5,11 @@
 //!
 //! `cargo bench -p pagoda-model --bench decode_profile -- [BATCH] [MODEL_FILE]` (default 1,
 //! SmolLM2). Prompts are 96 tokens and 64 are generated: the context runs 96..160, ~128 on average.
+//!
+//! It also sets the weight bytes a step streams (every tensor once; a tied embedding once, as the
+//! LM head) against the machine's plain read bandwidth, measured just before and after the decode
+//! steps (`pagoda_kernels::bandwidth`): at batch 1 that is the bound on tokens per second. The
+//! KV cache's reads (~3% of the weights at this context) are left out, so the share is a floor.
 #![allow(clippy::unwrap_used)]
 
 use std::io::Write;
@@ -12,6 +17,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use pagoda_core::{EngineRequest, SamplingParams, SchedulerConfig};
+use pagoda_kernels::bandwidth::ReadProbe;
 use pagoda_model::{EngineSetup, Model, build_engine};
 
 const PROMPT: usize = 96;
@@ -37,6 +43,14 @@ fn main() {
         });
     let t_load = Instant::now();
     let model = Model::open(&dir.join(&file)).unwrap();
+    let gguf = model.gguf();
+    let tied = gguf.tensor("output.weight").is_none();
+    let weight_bytes: usize = gguf
+        .tensors()
+        .iter()
+        .filter(|t| tied || t.name != "token_embd.weight")
+        .map(|t| gguf.tensor_data(t).len())
+        .sum();
     let setup = EngineSetup {
         scheduler: SchedulerConfig {
             max_num_seqs: batch,
@@ -82,6 +96,8 @@ fn main() {
     if let Some(mut f) = ctl.as_ref() {
         f.write_all(b"enable\n").unwrap();
     }
+    let probe = ReadProbe::new(weight_bytes, threads).unwrap();
+    let read_before = median_read(&probe);
     let t0 = Instant::now();
     let (mut steps, mut tokens) = (0usize, 0usize);
     while core.has_work() {
@@ -96,10 +112,28 @@ fn main() {
     if let Some(mut f) = ctl.as_ref() {
         f.write_all(b"disable\n").unwrap();
     }
+    let read_after = median_read(&probe);
     println!(
         "{file}, {threads} threads, batch {batch}: load+engine {:.0} ms; {steps} decode steps, {tokens} tokens in {wall:.2} s: {:.2} ms/step, {:.1} tok/s",
         load.as_secs_f64() * 1e3,
         wall * 1e3 / steps.max(1) as f64,
         tokens as f64 / wall
     );
+    let stream = weight_bytes as f64 * steps as f64 / wall;
+    let read = (read_before + read_after) / 2.0;
+    println!(
+        "weights {:.1} MB per step: {:.1} GB/s; plain read {:.1} GB/s before, {:.1} after: {:.0}% of the mean",
+        weight_bytes as f64 / 1e6,
+        stream / 1e9,
+        read_before / 1e9,
+        read_after / 1e9,
+        100.0 * stream / read
+    );
+}
+
+/// Median of five plain reads, bytes per second.
+fn median_read(probe: &ReadProbe) -> f64 {
+    let mut r: Vec<f64> = (0..5).map(|_| probe.measure()).collect();
+    r.sort_by(f64::total_cmp);
+    r[2]
 }

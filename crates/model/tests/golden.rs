@@ -40,6 +40,10 @@ fn ids(v: &Value) -> Vec<u32> {
 }
 
 fn check_model(model_file: &str, golden_file: &str) {
+    check_model_with(model_file, golden_file, common::small_setup());
+}
+
+fn check_model_with(model_file: &str, golden_file: &str, setup: pagoda_model::EngineSetup) {
     let golden = common::golden(golden_file);
     // Every prompt in one continuous batch: the engine path, batched, against llama.cpp.
     let reqs: Vec<(Vec<u32>, SamplingParams)> = golden["prompts"]
@@ -57,11 +61,7 @@ fn check_model(model_file: &str, golden_file: &str) {
             )
         })
         .collect();
-    let results = common::run_engine(
-        common::load_model(model_file),
-        &common::small_setup(),
-        &reqs,
-    );
+    let results = common::run_engine(common::load_model(model_file), &setup, &reqs);
     let (mut exact, mut ties, mut close, mut max_dev, mut over_target, mut failures) =
         (0, 0, 0, 0.0f64, 0, Vec::new());
     let mut devs: Vec<f64> = Vec::new();
@@ -198,6 +198,16 @@ fn smollm2_matches_llama_cpp() {
 #[test]
 fn gemma3_matches_llama_cpp() {
     check_model(common::GEMMA3, "gemma3-270m-q4_k_m.json");
+}
+
+/// The default KV cache is f16 (as llama.cpp's); f32 must stay within the same bounds.
+#[test]
+fn gemma3_matches_llama_cpp_with_f32_kv() {
+    let setup = pagoda_model::EngineSetup {
+        kv_cache_dtype: pagoda_model::KvCacheDtype::F32,
+        ..common::small_setup()
+    };
+    check_model_with(common::GEMMA3, "gemma3-270m-q4_k_m.json", setup);
 }
 
 #[test]
