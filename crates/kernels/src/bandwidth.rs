@@ -28,10 +28,13 @@ impl ReadProbe {
         for (i, b) in map.iter_mut().enumerate() {
             *b = i as u8;
         }
-        Ok(Self {
+        let probe = Self {
             map,
             threads: threads.max(1),
-        })
+        };
+        // The first pass also writes back the lines the fill left dirty in the caches.
+        probe.measure();
+        Ok(probe)
     }
 
     /// Reads the whole buffer once (each thread a contiguous part, as [`READ_STREAMS`]

@@ -16,7 +16,7 @@ use crate::cpu::{self, SimdLevel};
 use crate::parallel;
 use crate::quant::GgmlType;
 use crate::quant::dispatch::{self, ROWS};
-use crate::quant::packed::{GROUP_ROWS, GemmFn, MAX_MR as PACKED_MR, PackedMatrix};
+use crate::quant::packed::{GROUP_ROWS, GemmFn, MAX_MR as PACKED_MR, PackedMatrix, STREAMS};
 use crate::quant::tile::{self, ActScales, MAX_MR, MAX_NR, TileTable};
 use std::cell::RefCell;
 use std::ops::Range;
@@ -247,6 +247,30 @@ pub fn matmul_packed(
         };
     let task = |task: usize| {
         let g_range = task * per_task..((task + 1) * per_task).min(groups);
+        if let (1, Some(gemv)) = (t, kern.gemv) {
+            // One row: the task's full groups as `STREAMS` runs read side by side, a block of
+            // each in turn (see `packed::GemvFn`); what is left one group at a time.
+            let full = g_range.start..g_range.end.min(n / GROUP_ROWS);
+            let q = full.len() / STREAMS;
+            for i in 0..q {
+                let gs: [usize; STREAMS] = std::array::from_fn(|s| full.start + s * q + i);
+                // SAFETY: AVX2 as below; every group `gs[s]` is full (all 8 rows inside `y`)
+                // with `nb` group blocks; the one activation row has `nb` blocks; only this
+                // task writes those groups' columns.
+                unsafe {
+                    gemv(
+                        gs.map(|g| p.group(g).as_ptr()),
+                        nb,
+                        act.as_ptr(),
+                        gs.map(|g| out.at(g * GROUP_ROWS)),
+                    )
+                };
+            }
+            for g in full.start + STREAMS * q..g_range.end {
+                run_rows(&kern.gemm, 1, p.group(g).as_ptr(), g, 0..1);
+            }
+            return;
+        }
         if let Some(u) = unpacked {
             UNPACKED.with(|buf| {
                 let mut buf = buf.borrow_mut();

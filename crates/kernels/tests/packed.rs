@@ -119,3 +119,32 @@ fn types_without_packed_kernels_stay_plain() {
     let w = weights(GgmlType::Q8_0, 8, 64);
     assert!(PackedMatrix::pack_at(SimdLevel::Scalar, GgmlType::Q8_0, 8, 64, &w).is_none());
 }
+
+/// One-row products over matrices large enough to be split into many tasks, each reading its
+/// groups as several streams (`packed::GemvFn`, where a type has one) plus a remainder: every
+/// output has the scalar reference's bits.
+#[test]
+fn one_row_products_match_reference_at_every_split() {
+    if !avx2() {
+        return;
+    }
+    for (ty, k) in TYPES {
+        // 1,100 rows: 137 full groups and a partial one, over 64 KB for every type, so the
+        // product is split across the pool's tasks with runs of several groups each.
+        let n = 1100;
+        let w = weights(ty, n, k);
+        let Some(p) = PackedMatrix::pack_at(SimdLevel::Avx2, ty, n, k, &w) else {
+            continue;
+        };
+        let x = data(k, 11);
+        let mut act = vec![0u8; p.activation_row_bytes()];
+        p.quantize_activations(&x, &mut act);
+        let mut want = vec![0.0f32; n];
+        p.reference_matmul(&act, 1, &mut want);
+        let mut got = vec![0.0f32; n];
+        matmul_packed(&p, &x, 1, &mut got, &mut MatmulScratch::default());
+        for i in 0..n {
+            assert_eq!(got[i].to_bits(), want[i].to_bits(), "{ty} row {i}");
+        }
+    }
+}

@@ -91,13 +91,13 @@ fn main() {
             started[o.request_id as usize] = true;
         }
     }
+    let probe = ReadProbe::new(weight_bytes, threads).unwrap();
+    let read_before = median_read(&probe);
     let ctl = std::env::var_os("PAGODA_PERF_CTL")
         .map(|p| std::fs::OpenOptions::new().write(true).open(p).unwrap());
     if let Some(mut f) = ctl.as_ref() {
         f.write_all(b"enable\n").unwrap();
     }
-    let probe = ReadProbe::new(weight_bytes, threads).unwrap();
-    let read_before = median_read(&probe);
     let t0 = Instant::now();
     let (mut steps, mut tokens) = (0usize, 0usize);
     while core.has_work() {

@@ -56,6 +56,23 @@ pub(crate) const MAX_MR: usize = 4;
 pub(crate) type GemmFn =
     unsafe fn(w: *const u8, nb: usize, a: *const u8, a_row: usize, y: *mut f32, ldy: usize);
 
+/// Weight streams a one-row product reads at once (see [`GemvFn`]).
+pub(crate) const STREAMS: usize = 4;
+
+/// `*y[s].add(j) = x . w_j` for the groups at `w[s]`, `s < STREAMS`, `j < 8`: one activation row
+/// against `STREAMS` groups' `nb` group blocks, a block of each in turn. A decode product reads
+/// each weight once from memory, and four sequential streams far apart draw more bandwidth than
+/// one here (more of the hardware prefetcher's streams and DRAM banks busy): the Q8_0 LM head
+/// GEMV went from 8.9 to 8.1 ms (Gemma 3) and 1.64 to 1.46 ms (SmolLM2), medians of interleaved
+/// `decode_stream` runs; two streams gave 8.4 ms, eight 9.7. The layers' small Q4_1 products
+/// gained nothing, so only Q8_0 has one. Each group's result is the one-row [`GemmFn`]'s, bit
+/// for bit.
+///
+/// # Safety
+/// As [`GemmFn`] with `MR = 1`, for each `w[s]` and `y[s]`.
+pub(crate) type GemvFn =
+    unsafe fn(w: [*const u8; STREAMS], nb: usize, a: *const u8, y: [*mut f32; STREAMS]);
+
 /// A type's second form of a group block for prompt-sized products: quants unpacked to one byte
 /// each (with their high bits, for Q5_0) and laid out as the kernel reads them. A product over
 /// many activation rows unpacks each group once into a small buffer and then walks every row
@@ -85,6 +102,8 @@ pub(crate) struct PackedKernels {
     pub pack_group: fn(src: [&[u8]; GROUP_ROWS], dst: &mut [u8]),
     /// Kernels for 1..=MAX_MR activation rows, at index `mr - 1`.
     pub gemm: [GemmFn; MAX_MR],
+    /// The multi-stream one-row kernel, for the types where it reads faster.
+    pub gemv: Option<GemvFn>,
     /// Most rows per call worth taking: where 4 rows' state spills out of the 16 registers
     /// (the K-quants), 3 rows per call do more work per cycle.
     pub max_mr: usize,
@@ -294,7 +313,8 @@ impl PackedMatrix {
 
 /// How far ahead of the block in hand a one-row kernel asks for weights. A decode step streams
 /// every weight once; the hardware prefetcher alone left the Q8_0 LM head GEMV at ~16 GB/s of
-/// the ~26 two cores can read, and asking ~1 KB ahead brought it to 20-26.
+/// the ~26 two cores can read, and asking ~1 KB ahead brought it to 20-26 (Q8_0 has since moved
+/// to the multi-stream [`GemvFn`], which reads faster still without it).
 const PREFETCH_AHEAD: usize = 1024;
 
 /// Prefetches the `bytes` that lie [`PREFETCH_AHEAD`] past `g` (the block being read). The

@@ -41,6 +41,7 @@ pub(super) static KERNELS: PackedKernels = PackedKernels {
     group_bytes: GROUP_BYTES,
     pack_group,
     gemm: [gemm::<1>, gemm::<2>, gemm::<3>, gemm::<4>],
+    gemv: None,
     max_mr: 4,
     unpacked: Some(Unpacked {
         block_bytes: UNPACKED_BYTES,
