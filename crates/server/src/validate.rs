@@ -63,6 +63,46 @@ pub struct SamplingFields<'a> {
     pub continuous_usage_stats: Option<bool>,
 }
 
+/// A [`SamplingFields`] over `$req`, a chat or completions request: the fields both types name
+/// alike are borrowed by name, and the four that differ are given.
+macro_rules! sampling_fields {
+    ($req:expr, chat: $chat:expr, max_tokens: $max:expr, max_tokens_field: $field:expr,
+     logprobs: $logprobs:expr $(,)?) => {{
+        let req = $req;
+        $crate::validate::SamplingFields {
+            chat: $chat,
+            max_tokens: $max,
+            max_tokens_field: $field,
+            logprobs: $logprobs,
+            temperature: req.temperature,
+            top_p: req.top_p,
+            top_k: req.top_k,
+            min_p: req.min_p,
+            seed: req.seed,
+            presence_penalty: req.presence_penalty,
+            frequency_penalty: req.frequency_penalty,
+            repetition_penalty: req.repetition_penalty,
+            logit_bias: req.logit_bias.as_ref(),
+            stop_token_ids: req.stop_token_ids.as_ref(),
+            ignore_eos: req.ignore_eos,
+            min_tokens: req.min_tokens,
+            n: req.n,
+            stop: req.stop.as_ref(),
+            priority: req.priority,
+            cache_salt: req.cache_salt.as_ref(),
+            skip_special_tokens: req.skip_special_tokens,
+            include_stop_str_in_output: req.include_stop_str_in_output,
+            stream: req.stream,
+            include_usage: req.stream_options.as_ref().and_then(|o| o.include_usage),
+            continuous_usage_stats: req
+                .stream_options
+                .as_ref()
+                .and_then(|o| o.continuous_usage_stats),
+        }
+    }};
+}
+pub(crate) use sampling_fields;
+
 /// 400 for the first key the endpoint does not know.
 pub fn reject_unknown(extra: &Map<String, Value>) -> Result<(), ApiError> {
     match extra.keys().next() {

@@ -23,7 +23,7 @@ use crate::routes::{now_secs, random_id, run_blocking};
 use crate::state::{AppState, InFlight};
 use crate::stream as sse;
 use crate::tools;
-use crate::validate::{self, GenRequest, SamplingFields};
+use crate::validate::{self, GenRequest};
 
 struct Prepared {
     request: GenRequest,
@@ -203,36 +203,13 @@ fn prepare(state: &AppState, req: ChatCompletionRequest) -> Result<Prepared, Api
         (Some(m), _) => (Some(m), "max_completion_tokens"),
         (None, m) => (m, "max_tokens"),
     };
-    let fields = SamplingFields {
+    let fields = validate::sampling_fields!(
+        &req,
         chat: true,
-        max_tokens,
+        max_tokens: max_tokens,
         max_tokens_field: field,
         logprobs: top,
-        temperature: req.temperature,
-        top_p: req.top_p,
-        top_k: req.top_k,
-        min_p: req.min_p,
-        seed: req.seed,
-        presence_penalty: req.presence_penalty,
-        frequency_penalty: req.frequency_penalty,
-        repetition_penalty: req.repetition_penalty,
-        logit_bias: req.logit_bias.as_ref(),
-        stop_token_ids: req.stop_token_ids.as_ref(),
-        ignore_eos: req.ignore_eos,
-        min_tokens: req.min_tokens,
-        n: req.n,
-        stop: req.stop.as_ref(),
-        priority: req.priority,
-        cache_salt: req.cache_salt.as_ref(),
-        skip_special_tokens: req.skip_special_tokens,
-        include_stop_str_in_output: req.include_stop_str_in_output,
-        stream: req.stream,
-        include_usage: req.stream_options.as_ref().and_then(|o| o.include_usage),
-        continuous_usage_stats: req
-            .stream_options
-            .as_ref()
-            .and_then(|o| o.continuous_usage_stats),
-    };
+    );
     let mut request = validate::build(state, loaded, &fields, vec![prompt])?;
     request.params.constraint = constraint;
     Ok(Prepared {

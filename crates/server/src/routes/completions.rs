@@ -18,7 +18,7 @@ use crate::logprobs;
 use crate::routes::{now_secs, random_id, run_blocking};
 use crate::state::{AppState, InFlight, Loaded};
 use crate::stream as sse;
-use crate::validate::{self, GenRequest, SamplingFields};
+use crate::validate::{self, GenRequest};
 
 /// What the response needs besides the generation.
 struct Prepared {
@@ -114,36 +114,13 @@ fn prepare(state: &AppState, req: CompletionRequest) -> Result<Prepared, ApiErro
                 .collect(),
         ),
     };
-    let fields = SamplingFields {
+    let fields = validate::sampling_fields!(
+        &req,
         chat: false,
         max_tokens: Some(req.max_tokens.unwrap_or(16)),
         max_tokens_field: "max_tokens",
         logprobs: req.logprobs,
-        temperature: req.temperature,
-        top_p: req.top_p,
-        top_k: req.top_k,
-        min_p: req.min_p,
-        seed: req.seed,
-        presence_penalty: req.presence_penalty,
-        frequency_penalty: req.frequency_penalty,
-        repetition_penalty: req.repetition_penalty,
-        logit_bias: req.logit_bias.as_ref(),
-        stop_token_ids: req.stop_token_ids.as_ref(),
-        ignore_eos: req.ignore_eos,
-        min_tokens: req.min_tokens,
-        n: req.n,
-        stop: req.stop.as_ref(),
-        priority: req.priority,
-        cache_salt: req.cache_salt.as_ref(),
-        skip_special_tokens: req.skip_special_tokens,
-        include_stop_str_in_output: req.include_stop_str_in_output,
-        stream: req.stream,
-        include_usage: req.stream_options.as_ref().and_then(|o| o.include_usage),
-        continuous_usage_stats: req
-            .stream_options
-            .as_ref()
-            .and_then(|o| o.continuous_usage_stats),
-    };
+    );
     let mut request = validate::build(state, loaded, &fields, prompts)?;
     request.params.constraint = constraint;
     let echo = req.echo.unwrap_or(false);
