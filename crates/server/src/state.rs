@@ -122,16 +122,6 @@ impl AppState {
             "tool calling"
         );
         let structured = Arc::new(StructuredOutputs::new(Arc::clone(&tokenizer)));
-        // The token trie and llguidance's parser factory take up to a second for a large
-        // vocabulary: build them off the start-up path (the first constrained request waits).
-        let warming = Arc::clone(&structured);
-        std::thread::Builder::new()
-            .name("pagoda-structured-warmup".into())
-            .spawn(move || {
-                if let Err(e) = warming.warm_up() {
-                    tracing::warn!("structured output is unavailable: {e}");
-                }
-            })?;
         let mut setup = setup.clone();
         setup.structured = Some(Arc::clone(&structured));
         let model = Model::load(file).map_err(|e| LoadError::Model(e.to_string()))?;
@@ -150,6 +140,17 @@ impl AppState {
             },
         )?;
         warm_up(&engine, &tokenizer)?;
+        // The token trie and llguidance's parser factory take up to a second for a large
+        // vocabulary: build them off the start-up path (the first constrained request waits),
+        // and only now, so they do not take a core from the weight packing above.
+        let warming = Arc::clone(&structured);
+        std::thread::Builder::new()
+            .name("pagoda-structured-warmup".into())
+            .spawn(move || {
+                if let Err(e) = warming.warm_up() {
+                    tracing::warn!("structured output is unavailable: {e}");
+                }
+            })?;
         let loaded = Loaded {
             max_model_len: engine.max_model_len(),
             engine,
