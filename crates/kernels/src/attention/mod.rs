@@ -89,8 +89,18 @@ impl KvElement for f16 {
     fn to_f32(src: &[Self], dst: &mut [f32]) {
         src.convert_to_f32_slice(dst);
     }
+    /// Values beyond f16's range are stored as its largest finite value, not as infinities
+    /// (which ggml stores, and which turn a row's softmax into NaN): still wrong, but bounded.
     fn from_f32(src: &[f32], dst: &mut [Self]) {
-        dst.convert_from_f32_slice(src);
+        const MAX: f32 = 65504.0;
+        let mut buf = [0.0f32; 64];
+        for (s, d) in src.chunks(64).zip(dst.chunks_mut(64)) {
+            let b = &mut buf[..s.len()];
+            for (b, &x) in b.iter_mut().zip(s) {
+                *b = x.clamp(-MAX, MAX);
+            }
+            d.convert_from_f32_slice(b);
+        }
     }
     /// `half`'s slice conversion detects F16C and converts 8 values per call; inlined F16C
     /// is several times faster on the tiles attention widens.
@@ -338,3 +348,32 @@ thread_local! {
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn f16_storage_saturates_instead_of_overflowing() {
+        let src: Vec<f32> = (0..70)
+            .map(|i| match i % 5 {
+                0 => 1e6,
+                1 => -1e9,
+                2 => f32::INFINITY,
+                3 => 0.1 * i as f32,
+                _ => 65504.0,
+            })
+            .collect();
+        let mut dst = vec![f16::ZERO; src.len()];
+        <f16 as KvElement>::from_f32(&src, &mut dst);
+        for (i, (&x, y)) in src.iter().zip(&dst).enumerate() {
+            let y = y.to_f32();
+            let want = x.clamp(-65504.0, 65504.0);
+            assert!(y.is_finite(), "{i}: {x} stored as {y}");
+            assert_eq!(y, f16::from_f32(want).to_f32(), "{i}: {x}");
+        }
+        let mut nan = [f16::ZERO];
+        <f16 as KvElement>::from_f32(&[f32::NAN], &mut nan);
+        assert!(nan[0].is_nan(), "NaN stays NaN");
+    }
+}
