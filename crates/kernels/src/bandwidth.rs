@@ -40,13 +40,13 @@ impl ReadProbe {
     /// Reads the whole buffer once (each thread a contiguous part, as [`READ_STREAMS`]
     /// interleaved streams) and returns the bytes read per second.
     pub fn measure(&self) -> f64 {
-        let lines: Vec<&[u8]> = {
+        let parts: Vec<&[u8]> = {
             let part = self.map.len().div_ceil(self.threads);
             self.map.chunks(part).collect()
         };
         let t0 = Instant::now();
         let read: usize = std::thread::scope(|s| {
-            let handles: Vec<_> = lines
+            let handles: Vec<_> = parts
                 .iter()
                 .map(|&c| s.spawn(move || read_part(c)))
                 .collect();
