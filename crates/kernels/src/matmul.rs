@@ -195,9 +195,12 @@ pub fn matmul_packed(
         scratch.act.resize(t * a_row, 0);
     }
     let act = &mut scratch.act[..t * a_row];
-    for (xr, ar) in x.chunks_exact(k).zip(act.chunks_exact_mut(a_row)) {
-        p.quantize_activations(xr, ar);
-    }
+    parallel::for_rows(t, [&mut *act], &|rows, [part]| {
+        let xs = x[rows.start * k..rows.end * k].chunks_exact(k);
+        for (xr, ar) in xs.zip(part.chunks_exact_mut(a_row)) {
+            p.quantize_activations(xr, ar);
+        }
+    });
     let act = &*act;
     let nb = k / ty.block_size();
     let groups = n.div_ceil(GROUP_ROWS);

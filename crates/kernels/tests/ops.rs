@@ -253,6 +253,46 @@ fn pool_sums_over_many_tasks() {
 }
 
 #[test]
+fn for_rows_hands_each_row_of_every_buffer_to_exactly_one_run() {
+    // Small (inline) and large (split over the pool) shapes, with rows of different widths.
+    for rows in [1usize, 3, 64, 1000, 4099] {
+        let (wa, wb) = (40usize, 7usize);
+        let mut a = vec![0u32; rows * wa];
+        let mut b = vec![0u32; rows * wb];
+        let runs = AtomicUsize::new(0);
+        parallel::for_rows(rows, [&mut a[..], &mut b[..]], &|r, [pa, pb]| {
+            assert_eq!(pa.len(), r.len() * wa, "rows {rows}: part of a");
+            assert_eq!(pb.len(), r.len() * wb, "rows {rows}: part of b");
+            for (i, row) in r.clone().zip(pa.chunks_exact_mut(wa)) {
+                row.iter_mut().for_each(|v| *v += i as u32 + 1);
+            }
+            for (i, row) in r.clone().zip(pb.chunks_exact_mut(wb)) {
+                row.iter_mut().for_each(|v| *v += i as u32 + 1);
+            }
+            runs.fetch_add(1, Ordering::Relaxed);
+        });
+        for (i, row) in a.chunks_exact(wa).enumerate() {
+            assert!(
+                row.iter().all(|&v| v == i as u32 + 1),
+                "rows {rows}: a row {i}"
+            );
+        }
+        for (i, row) in b.chunks_exact(wb).enumerate() {
+            assert!(
+                row.iter().all(|&v| v == i as u32 + 1),
+                "rows {rows}: b row {i}"
+            );
+        }
+        let runs = runs.load(Ordering::Relaxed);
+        if rows * (wa + wb) >= 32 * 1024 && parallel::num_threads() > 1 {
+            assert!(runs > 1, "rows {rows}: a large pass was not split");
+        } else {
+            assert_eq!(runs, 1, "rows {rows}: a small pass was split");
+        }
+    }
+}
+
+#[test]
 fn pool_nested_call_runs_inline() {
     let total = AtomicUsize::new(0);
     parallel::run(8, &|i| {

@@ -2,11 +2,10 @@
 //! attention and FFN, per-head RMSNorm on q and k, GeGLU (tanh GELU). The stored norm weights
 //! already include Gemma's `+1` (convert_hf_to_gguf adds it), so every norm is plain `x * w`.
 
-use super::{Activation, Attention, Ffn, ForwardScratch, Model, ensure};
+use super::{Activation, Attention, Ffn, ForwardScratch, Model, ensure, rows};
 use crate::config::ModelConfig;
 use crate::weights::Weights;
 use crate::{ForwardBatch, KvCache, ModelError};
-use pagoda_kernels::ops;
 
 pub(crate) struct Block {
     attn_norm: Vec<f32>,
@@ -46,19 +45,13 @@ impl Block {
         let mut out = std::mem::take(&mut s.out);
         let (hb, ob) = (ensure(&mut h, t * d), ensure(&mut out, t * d));
 
-        for (src, dst) in x.chunks_exact(d).zip(hb.chunks_exact_mut(d)) {
-            ops::rms_norm(src, &self.attn_norm, eps, dst);
-        }
+        rows::rms_norm_into(x, &self.attn_norm, eps, hb);
         m.attention(il, &self.attn, hb, ob, batch, kv, s);
-        ops::rms_norm_rows(ob, &self.post_attention_norm, eps);
-        ops::add_inplace(x, ob);
+        rows::add_normed(x, ob, &self.post_attention_norm, eps);
 
-        for (src, dst) in x.chunks_exact(d).zip(hb.chunks_exact_mut(d)) {
-            ops::rms_norm(src, &self.ffn_norm, eps, dst);
-        }
+        rows::rms_norm_into(x, &self.ffn_norm, eps, hb);
         m.ffn(&self.ffn, Activation::GeluTanh, hb, t, ob, s);
-        ops::rms_norm_rows(ob, &self.post_ffw_norm, eps);
-        ops::add_inplace(x, ob);
+        rows::add_normed(x, ob, &self.post_ffw_norm, eps);
 
         s.h = h;
         s.out = out;

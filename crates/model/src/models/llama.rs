@@ -1,11 +1,10 @@
 //! The llama block (also Qwen2, which adds q/k/v biases): pre-norm attention and SwiGLU FFN,
 //! each added to the residual stream. Follows llama.cpp `llm_build_llama` / `llm_build_qwen2`.
 
-use super::{Activation, Attention, Ffn, ForwardScratch, Model, ensure};
+use super::{Activation, Attention, Ffn, ForwardScratch, Model, ensure, rows};
 use crate::config::{Architecture, ModelConfig};
 use crate::weights::Weights;
 use crate::{ForwardBatch, KvCache, ModelError};
-use pagoda_kernels::ops;
 
 pub(crate) struct Block {
     attn_norm: Vec<f32>,
@@ -40,17 +39,13 @@ impl Block {
         let mut out = std::mem::take(&mut s.out);
         let (hb, ob) = (ensure(&mut h, t * d), ensure(&mut out, t * d));
 
-        for (src, dst) in x.chunks_exact(d).zip(hb.chunks_exact_mut(d)) {
-            ops::rms_norm(src, &self.attn_norm, eps, dst);
-        }
+        rows::rms_norm_into(x, &self.attn_norm, eps, hb);
         m.attention(il, &self.attn, hb, ob, batch, kv, s);
-        ops::add_inplace(x, ob);
+        rows::add(x, ob, t);
 
-        for (src, dst) in x.chunks_exact(d).zip(hb.chunks_exact_mut(d)) {
-            ops::rms_norm(src, &self.ffn_norm, eps, dst);
-        }
+        rows::rms_norm_into(x, &self.ffn_norm, eps, hb);
         m.ffn(&self.ffn, Activation::Silu, hb, t, ob, s);
-        ops::add_inplace(x, ob);
+        rows::add(x, ob, t);
 
         s.h = h;
         s.out = out;

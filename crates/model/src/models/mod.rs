@@ -4,6 +4,7 @@
 
 mod gemma3;
 mod llama;
+mod rows;
 
 use std::sync::Arc;
 
@@ -11,6 +12,7 @@ use pagoda_gguf::GgufFile;
 use pagoda_kernels::attention::{self, AttnBatch};
 use pagoda_kernels::matmul::MatmulScratch;
 use pagoda_kernels::ops::{self, Rope};
+use pagoda_kernels::parallel;
 
 use crate::config::{Architecture, KvCacheDtype, ModelConfig};
 use crate::kv_cache::Arenas;
@@ -219,18 +221,10 @@ impl Model {
         let c = &self.config;
         let t = batch.num_tokens();
         let (qd, kvd) = (c.q_dim(), c.kv_dim());
+        let w = qd + 2 * kvd;
         if let Some(qkv) = &a.qkv {
-            let w = qd + 2 * kvd;
             let y = ensure(&mut s.stacked, t * w);
             self.weights.forward(qkv, h, t, y, &mut s.matmul);
-            let q = ensure(&mut s.q, t * qd);
-            let k = ensure(&mut s.k, t * kvd);
-            let v = ensure(&mut s.v, t * kvd);
-            for (r, row) in y.chunks_exact(w).enumerate() {
-                q[r * qd..][..qd].copy_from_slice(&row[..qd]);
-                k[r * kvd..][..kvd].copy_from_slice(&row[qd..qd + kvd]);
-                v[r * kvd..][..kvd].copy_from_slice(&row[qd + kvd..]);
-            }
         } else {
             let q = ensure(&mut s.q, t * qd);
             self.weights.forward(&a.q, h, t, q, &mut s.matmul);
@@ -239,19 +233,34 @@ impl Model {
             let v = ensure(&mut s.v, t * kvd);
             self.weights.forward(&a.v, h, t, v, &mut s.matmul);
         }
-        let (q, k, v) = (&mut s.q[..t * qd], &mut s.k[..t * kvd], &s.v[..t * kvd]);
-        if let Some(w) = &a.q_norm {
-            ops::rms_norm_rows(q, w, c.rms_eps);
-        }
-        if let Some(w) = &a.k_norm {
-            ops::rms_norm_rows(k, w, c.rms_eps);
-        }
         let swa = c.is_swa_layer(il);
         let rope = if swa { &self.rope_swa } else { &self.rope };
-        for (i, &pos) in batch.positions.iter().enumerate() {
-            let (qi, ki) = (&mut q[i * qd..][..qd], &mut k[i * kvd..][..kvd]);
-            rope.apply_qk(qi, c.n_heads, ki, c.n_kv_heads, pos);
-        }
+        let stacked = a.qkv.as_ref().map(|_| &s.stacked[..t * w]);
+        let (q, k) = (ensure(&mut s.q, t * qd), ensure(&mut s.k, t * kvd));
+        let v = ensure(&mut s.v, t * kvd);
+        // One pass per run of rows: unstack q/k/v, the per-head norms, RoPE.
+        let positions = &batch.positions;
+        parallel::for_rows(t, [q, k, v], &|r, [q, k, v]| {
+            if let Some(y) = stacked {
+                let rows = y[r.start * w..r.end * w].chunks_exact(w);
+                for (j, row) in rows.enumerate() {
+                    q[j * qd..][..qd].copy_from_slice(&row[..qd]);
+                    k[j * kvd..][..kvd].copy_from_slice(&row[qd..qd + kvd]);
+                    v[j * kvd..][..kvd].copy_from_slice(&row[qd + kvd..]);
+                }
+            }
+            if let Some(w) = &a.q_norm {
+                ops::rms_norm_rows(q, w, c.rms_eps);
+            }
+            if let Some(w) = &a.k_norm {
+                ops::rms_norm_rows(k, w, c.rms_eps);
+            }
+            for (j, &pos) in positions[r].iter().enumerate() {
+                let (qj, kj) = (&mut q[j * qd..][..qd], &mut k[j * kvd..][..kvd]);
+                rope.apply_qk(qj, c.n_heads, kj, c.n_kv_heads, pos);
+            }
+        });
+        let (q, k, v) = (&s.q[..t * qd], &s.k[..t * kvd], &s.v[..t * kvd]);
         let layout = *kv.layout();
         let attn_batch = AttnBatch {
             query_start_loc: &batch.query_start_loc,
@@ -324,27 +333,17 @@ impl Model {
         if let Some(gate_up) = &f.gate_up {
             let y = ensure(&mut s.stacked, t * 2 * n);
             self.weights.forward(gate_up, h, t, y, &mut s.matmul);
-            for row in y.chunks_exact_mut(2 * n) {
-                let (g, u) = row.split_at_mut(n);
-                gated(g, u);
-            }
-            // Pack the gated halves into `[t][n]` for the down projection (row r moves to
-            // r * n <= r * 2n, so front-to-back copies never overwrite unread data).
-            for r in 1..t {
-                y.copy_within(r * 2 * n..r * 2 * n + n, r * n);
-            }
+            let gate = ensure(&mut s.gate, t * n);
+            rows::gated_from_stacked(&s.stacked[..t * 2 * n], n, gate, &gated);
             self.weights
-                .forward(&f.down, &s.stacked[..t * n], t, out, &mut s.matmul);
+                .forward(&f.down, &s.gate[..t * n], t, out, &mut s.matmul);
             return;
         }
         let gate = ensure(&mut s.gate, t * n);
         self.weights.forward(&f.gate, h, t, gate, &mut s.matmul);
         let up = ensure(&mut s.up, t * n);
         self.weights.forward(&f.up, h, t, up, &mut s.matmul);
-        let (gate, up) = (&mut s.gate[..t * n], &s.up[..t * n]);
-        for (g, u) in gate.chunks_exact_mut(n).zip(up.chunks_exact(n)) {
-            gated(g, u);
-        }
+        rows::gated_rows(&mut s.gate[..t * n], &s.up[..t * n], n, &gated);
         self.weights
             .forward(&f.down, &s.gate[..t * n], t, out, &mut s.matmul);
     }
