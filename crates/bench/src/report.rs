@@ -7,6 +7,7 @@ use std::path::Path;
 
 use crate::metrics::{LatencyStats, Summary};
 use crate::runner::{BenchReport, PointReport};
+use crate::workload::WorkloadKind;
 
 /// The whole terminal report.
 pub fn render(report: &BenchReport) -> String {
@@ -21,6 +22,24 @@ pub fn render(report: &BenchReport) -> String {
     );
     for point in &report.points {
         out.push_str(&render_point(point));
+    }
+    // Random prompts share nothing, so cached tokens mean the server saw these prompts before
+    // (an earlier run with the same --seed): its TTFT then measures cache hits, not prefill.
+    let random = report.settings.workload.kind == WorkloadKind::Random;
+    for point in report
+        .points
+        .iter()
+        .filter(|p| random && p.summary.total_cached_tokens > 0)
+    {
+        let _ = writeln!(
+            out,
+            "\nnote: {} {}: {} prompt tokens came from the server's prefix cache, but random \
+             prompts share none; an earlier run with the same --seed sent these prompts. For \
+             cold-cache latency, use another --seed or restart the server.",
+            point.target,
+            point.load.label(),
+            point.summary.total_cached_tokens
+        );
     }
     if report.points.len() > report.settings.targets.len() {
         out.push_str(&render_overview(report));

@@ -375,6 +375,14 @@ async fn completions_closed_loop_counts_match_usage() {
     );
     let text = report::render(&report);
     assert!(text.contains("TTFT") && text.contains("Goodput"));
+    assert!(!text.contains("prefix cache"), "no cached tokens, no note");
+    // A random workload whose prompts the server had cached (a rerun with the same seed).
+    let mut report = report;
+    report.points[0].summary.total_cached_tokens = 300;
+    assert!(
+        report::render(&report).contains("300 prompt tokens came from the server's prefix cache"),
+        "cached tokens on a random workload are pointed out"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
