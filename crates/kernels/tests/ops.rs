@@ -220,6 +220,29 @@ fn rope_matches_direct_formula_for_both_styles() {
 }
 
 #[test]
+fn rope_with_precomputed_angles_is_bit_identical() {
+    let mut rng = StdRng::seed_from_u64(8);
+    // Pair counts below, at and past the 64-pair angle chunk, whole and ragged multiples of 8.
+    for (head_dim, n_rot) in [(64, 64), (256, 256), (16, 10), (300, 300), (200, 146)] {
+        for style in [RopeStyle::Norm, RopeStyle::Neox] {
+            let rope = Rope::new(head_dim, n_rot, 10_000.0, style);
+            let (mut cos, mut sin) = (vec![0.0; rope.pairs()], vec![0.0; rope.pairs()]);
+            for pos in [0u32, 5, 4099] {
+                let q = random_vec(&mut rng, 4 * head_dim, -2.0, 2.0);
+                let k = random_vec(&mut rng, 2 * head_dim, -2.0, 2.0);
+                let (mut q1, mut k1, mut q2, mut k2) = (q.clone(), k.clone(), q, k);
+                rope.apply_qk(&mut q1, 4, &mut k1, 2, pos);
+                rope.angles(pos, &mut cos, &mut sin);
+                rope.apply_qk_at(&mut q2, 4, &mut k2, 2, &cos, &sin);
+                let what = format!("{style:?} hd{head_dim} rot{n_rot} pos{pos}");
+                assert_eq!(q1, q2, "{what}: q");
+                assert_eq!(k1, k2, "{what}: k");
+            }
+        }
+    }
+}
+
+#[test]
 fn rope_qk_rotates_q_and_k_as_two_separate_calls() {
     let mut rng = StdRng::seed_from_u64(7);
     for style in [RopeStyle::Norm, RopeStyle::Neox] {

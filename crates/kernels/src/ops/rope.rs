@@ -64,8 +64,75 @@ impl Rope {
         self.rotate(level, &mut [(x, n_heads)], pos);
     }
 
+    /// Pairs rotated per head (`n_rot / 2`): the length of one position's angle rows.
+    pub fn pairs(&self) -> usize {
+        self.n_rot / 2
+    }
+
+    /// `cos[i]`, `sin[i]` of pair `i`'s angle at position `pos`, for `i < self.pairs()`. A batch
+    /// computes these once per position and step and hands them to every layer
+    /// ([`Rope::apply_qk_at`]) instead of recomputing the sines in each.
+    pub fn angles(&self, pos: u32, cos: &mut [f32], sin: &mut [f32]) {
+        assert!(
+            cos.len() == self.pairs() && sin.len() == self.pairs(),
+            "rope: angle rows are not n_rot / 2 long"
+        );
+        self.fill_angles(pos, 0, cos, sin);
+    }
+
+    /// [`Rope::apply_qk`] with the position's angles from [`Rope::angles`]: the same values, so
+    /// the same result bit for bit.
+    pub fn apply_qk_at(
+        &self,
+        q: &mut [f32],
+        n_q: usize,
+        k: &mut [f32],
+        n_k: usize,
+        cos: &[f32],
+        sin: &[f32],
+    ) {
+        assert!(
+            cos.len() == self.pairs() && sin.len() == self.pairs(),
+            "rope: angle rows are not n_rot / 2 long"
+        );
+        self.rotate_pairs(simd_level(), &mut [(q, n_q), (k, n_k)], 0, cos, sin);
+    }
+
+    /// Angles of pairs `start..start + cos.len()` at position `pos`.
+    fn fill_angles(&self, pos: u32, start: usize, cos: &mut [f32], sin: &mut [f32]) {
+        let freqs = &self.inv_freq[start..start + cos.len()];
+        for ((c, s), &f) in cos.iter_mut().zip(sin.iter_mut()).zip(freqs) {
+            let (sv, cv) = (f64::from(pos) * f).sin_cos();
+            *c = cv as f32;
+            *s = sv as f32;
+        }
+    }
+
     /// Rotates every `(values, n_heads)` part for position `pos`.
     fn rotate(&self, level: SimdLevel, parts: &mut [(&mut [f32], usize)], pos: u32) {
+        let half = self.pairs();
+        let mut cos = [0.0f32; CHUNK];
+        let mut sin = [0.0f32; CHUNK];
+        let mut start = 0;
+        while start < half {
+            let n = CHUNK.min(half - start);
+            self.fill_angles(pos, start, &mut cos[..n], &mut sin[..n]);
+            self.rotate_pairs(level, parts, start, &cos[..n], &sin[..n]);
+            start += n;
+        }
+    }
+
+    /// Rotates pairs `start..start + cos.len()` of every head of every part. The SIMD loops
+    /// take 4 or 8 pairs at a time from `start`, and `start` is a multiple of `CHUNK` (64), so
+    /// the pairs left to the scalar tail are the same whether angles come in chunks or whole.
+    fn rotate_pairs(
+        &self,
+        level: SimdLevel,
+        parts: &mut [(&mut [f32], usize)],
+        start: usize,
+        cos: &[f32],
+        sin: &[f32],
+    ) {
         for (x, n_heads) in parts.iter() {
             assert_eq!(
                 x.len(),
@@ -73,53 +140,37 @@ impl Rope {
                 "rope: x is not n_heads * head_dim"
             );
         }
-        let half = self.n_rot / 2;
+        let (half, n) = (self.pairs(), cos.len());
         let avx2 = use_avx2(level);
-        let mut cos = [0.0f32; CHUNK];
-        let mut sin = [0.0f32; CHUNK];
-        let mut start = 0;
-        while start < half {
-            let n = CHUNK.min(half - start);
-            for k in 0..n {
-                let (s, c) = (f64::from(pos) * self.inv_freq[start + k]).sin_cos();
-                cos[k] = c as f32;
-                sin[k] = s as f32;
-            }
-            let heads = parts
-                .iter_mut()
-                .flat_map(|(x, _)| x.chunks_exact_mut(self.head_dim));
-            for head in heads {
-                // Pair p of this batch touches (lo[p], hi[p]).
-                let (lo, hi, stride) = match self.style {
-                    RopeStyle::Norm => (2 * start, 2 * start + 1, 2),
-                    RopeStyle::Neox => (start, start + half, 1),
-                };
-                #[cfg(target_arch = "x86_64")]
-                if avx2 {
-                    // SAFETY: AVX2+FMA checked; indices stay below n_rot <= head_dim.
-                    unsafe {
-                        match self.style {
-                            RopeStyle::Norm => avx2::rotate_adjacent(
-                                &mut head[lo..lo + 2 * n],
-                                &cos[..n],
-                                &sin[..n],
-                            ),
-                            RopeStyle::Neox => {
-                                avx2::rotate_split(head, lo, hi, &cos[..n], &sin[..n])
-                            }
+        let heads = parts
+            .iter_mut()
+            .flat_map(|(x, _)| x.chunks_exact_mut(self.head_dim));
+        for head in heads {
+            // Pair p of this batch touches (lo[p], hi[p]).
+            let (lo, hi, stride) = match self.style {
+                RopeStyle::Norm => (2 * start, 2 * start + 1, 2),
+                RopeStyle::Neox => (start, start + half, 1),
+            };
+            #[cfg(target_arch = "x86_64")]
+            if avx2 {
+                // SAFETY: AVX2+FMA checked; indices stay below n_rot <= head_dim.
+                unsafe {
+                    match self.style {
+                        RopeStyle::Norm => {
+                            avx2::rotate_adjacent(&mut head[lo..lo + 2 * n], cos, sin)
                         }
+                        RopeStyle::Neox => avx2::rotate_split(head, lo, hi, cos, sin),
                     }
-                    continue;
                 }
-                let _ = avx2;
-                for k in 0..n {
-                    let (i, j) = (lo + k * stride, hi + k * stride);
-                    let (a, b) = (head[i], head[j]);
-                    head[i] = a * cos[k] - b * sin[k];
-                    head[j] = a * sin[k] + b * cos[k];
-                }
+                continue;
             }
-            start += n;
+            let _ = avx2;
+            for k in 0..n {
+                let (i, j) = (lo + k * stride, hi + k * stride);
+                let (a, b) = (head[i], head[j]);
+                head[i] = a * cos[k] - b * sin[k];
+                head[j] = a * sin[k] + b * cos[k];
+            }
         }
     }
 }

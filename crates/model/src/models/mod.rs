@@ -82,8 +82,36 @@ pub struct ForwardScratch {
     selected: Vec<f32>,
     /// Output of a stacked projection (qkv or gate/up), `[t][rows]`.
     stacked: Vec<f32>,
+    /// RoPE angles of the batch's positions, `[t][pairs]` cos then sin, for the global and
+    /// (Gemma 3) sliding-window bases: computed once per step, used by every layer.
+    rope_angles: [RopeAngles; 2],
     pub(crate) logits: Vec<f32>,
     pub(crate) matmul: MatmulScratch,
+}
+
+/// One RoPE base's angles for a batch: `cos` and `sin`, `[t][pairs]` each.
+#[derive(Default)]
+struct RopeAngles {
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+}
+
+impl RopeAngles {
+    /// Fills the angles of `positions` (rows split over the pool for a prompt).
+    fn fill(&mut self, rope: &Rope, positions: &[u32]) {
+        let len = positions.len() * rope.pairs();
+        let (cos, sin) = (ensure(&mut self.cos, len), ensure(&mut self.sin, len));
+        if len == 0 {
+            return;
+        }
+        let pairs = rope.pairs();
+        parallel::for_rows(positions.len(), [cos, sin], &|r, [cos, sin]| {
+            let rows = cos.chunks_exact_mut(pairs).zip(sin.chunks_exact_mut(pairs));
+            for ((c, s), &pos) in rows.zip(&positions[r]) {
+                rope.angles(pos, c, s);
+            }
+        });
+    }
 }
 
 fn ensure(buf: &mut Vec<f32>, len: usize) -> &mut [f32] {
@@ -174,6 +202,10 @@ impl Model {
                 ops::scale_inplace(row, scale);
             }
         }
+        s.rope_angles[0].fill(&self.rope, &batch.positions);
+        if c.sliding_window.is_some() {
+            s.rope_angles[1].fill(&self.rope_swa, &batch.positions);
+        }
         let mut x = std::mem::take(&mut s.x);
         match &self.blocks {
             Blocks::Llama(blocks) => {
@@ -234,12 +266,16 @@ impl Model {
             self.weights.forward(&a.v, h, t, v, &mut s.matmul);
         }
         let swa = c.is_swa_layer(il);
-        let rope = if swa { &self.rope_swa } else { &self.rope };
+        let (rope, angles) = if swa {
+            (&self.rope_swa, &s.rope_angles[1])
+        } else {
+            (&self.rope, &s.rope_angles[0])
+        };
+        let pairs = rope.pairs();
         let stacked = a.qkv.as_ref().map(|_| &s.stacked[..t * w]);
         let (q, k) = (ensure(&mut s.q, t * qd), ensure(&mut s.k, t * kvd));
         let v = ensure(&mut s.v, t * kvd);
         // One pass per run of rows: unstack q/k/v, the per-head norms, RoPE.
-        let positions = &batch.positions;
         parallel::for_rows(t, [q, k, v], &|r, [q, k, v]| {
             if let Some(y) = stacked {
                 let rows = y[r.start * w..r.end * w].chunks_exact(w);
@@ -255,9 +291,13 @@ impl Model {
             if let Some(w) = &a.k_norm {
                 ops::rms_norm_rows(k, w, c.rms_eps);
             }
-            for (j, &pos) in positions[r].iter().enumerate() {
+            for (j, i) in r.enumerate() {
                 let (qj, kj) = (&mut q[j * qd..][..qd], &mut k[j * kvd..][..kvd]);
-                rope.apply_qk(qj, c.n_heads, kj, c.n_kv_heads, pos);
+                let (cos, sin) = (
+                    &angles.cos[i * pairs..][..pairs],
+                    &angles.sin[i * pairs..][..pairs],
+                );
+                rope.apply_qk_at(qj, c.n_heads, kj, c.n_kv_heads, cos, sin);
             }
         });
         let (q, k, v) = (&s.q[..t * qd], &s.k[..t * kvd], &s.v[..t * kvd]);
