@@ -438,6 +438,30 @@ pub(super) unsafe fn f16_to_f32(src: &[u16], dst: &mut [f32]) {
     }
 }
 
+/// `dst[i] = src[i]` as f16 bits, rounded to nearest even after clamping to f16's largest
+/// finite value (`KvElement::from_f32` for f16, 8 values at a time). NaN stays NaN: `max` and
+/// `min` return their second operand when one is NaN, so the clamp passes it through.
+#[target_feature(enable = "avx2,f16c")]
+pub(super) unsafe fn f32_to_f16_saturating(src: &[f32], dst: &mut [u16]) {
+    const MAX: f32 = 65504.0;
+    let n = src.len().min(dst.len());
+    let (lo, hi) = (_mm256_set1_ps(-MAX), _mm256_set1_ps(MAX));
+    let mut i = 0;
+    while i + 8 <= n {
+        // SAFETY: i + 8 <= n, the length of both slices.
+        unsafe {
+            let x = _mm256_loadu_ps(src.as_ptr().add(i));
+            let c = _mm256_min_ps(hi, _mm256_max_ps(lo, x));
+            let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(c);
+            _mm_storeu_si128(dst.as_mut_ptr().add(i).cast(), h);
+        }
+        i += 8;
+    }
+    for (d, &x) in dst[i..n].iter_mut().zip(&src[i..n]) {
+        *d = half::f16::from_f32(x.clamp(-MAX, MAX)).to_bits();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)] // tests may unwrap
@@ -693,6 +717,50 @@ mod tests {
     }
 
     /// F16C widening agrees with `half` on every non-NaN f16 (NaNs may differ in payload only).
+    #[test]
+    fn f32_to_f16_matches_half_with_saturation() {
+        if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("f16c")) {
+            return;
+        }
+        // Every f16 value, the midpoints between neighbours (ties to even), values past the
+        // range and infinities, and a tail that is not a multiple of 8.
+        let mut src: Vec<f32> = Vec::new();
+        for b in 0..=u16::MAX {
+            let v = half::f16::from_bits(b).to_f32();
+            if v.is_finite() {
+                let next = half::f16::from_bits(b.wrapping_add(1)).to_f32();
+                src.push(v);
+                if next.is_finite() && (next - v).abs() < 1e5 {
+                    src.push(v + (next - v) / 2.0);
+                }
+            }
+        }
+        src.extend([
+            7e4,
+            -7e4,
+            1e30,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            65519.0,
+            65520.0,
+            0.1,
+        ]);
+        let mut got = vec![0u16; src.len()];
+        // SAFETY: AVX2 and F16C checked above; equal lengths.
+        unsafe { f32_to_f16_saturating(&src, &mut got) };
+        for (&x, &g) in src.iter().zip(&got) {
+            let want = half::f16::from_f32(x.clamp(-65504.0, 65504.0)).to_bits();
+            assert_eq!(g, want, "{x}");
+        }
+        let mut nan = [0u16; 9];
+        // SAFETY: as above.
+        unsafe { f32_to_f16_saturating(&[f32::NAN; 9], &mut nan) };
+        assert!(
+            nan.iter().all(|&h| half::f16::from_bits(h).is_nan()),
+            "NaN stays NaN"
+        );
+    }
+
     #[test]
     fn f16_to_f32_matches_half_on_every_value() {
         if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("f16c")) {

@@ -66,6 +66,12 @@ pub trait KvElement: Copy + Default + Send + Sync + 'static {
         let _ = f16c;
         Self::to_f32(src, dst);
     }
+    /// [`KvElement::from_f32`], with F16C when `f16c` (the caller checked the CPU has it): the
+    /// same rounding, so the same stored values.
+    fn narrow(src: &[f32], dst: &mut [Self], f16c: bool) {
+        let _ = f16c;
+        Self::from_f32(src, dst);
+    }
 }
 
 impl KvElement for f32 {
@@ -101,6 +107,23 @@ impl KvElement for f16 {
             }
             d.convert_from_f32_slice(b);
         }
+    }
+    /// Inlined F16C: `half`'s slice conversion (which detects the CPU on every call) was ~5 ns
+    /// per value, 0.8% of a batch-1 decode step spent on the caller alone.
+    fn narrow(src: &[f32], dst: &mut [Self], f16c: bool) {
+        #[cfg(target_arch = "x86_64")]
+        if f16c {
+            // SAFETY: the caller checked AVX2 and F16C at run time; `f16` is a transparent u16.
+            unsafe {
+                avx2::f32_to_f16_saturating(
+                    src,
+                    std::slice::from_raw_parts_mut(dst.as_mut_ptr().cast::<u16>(), dst.len()),
+                )
+            };
+            return;
+        }
+        let _ = f16c;
+        <Self as KvElement>::from_f32(src, dst);
     }
     /// `half`'s slice conversion detects F16C and converts 8 values per call; inlined F16C
     /// is several times faster on the tiles attention widens.
@@ -166,6 +189,7 @@ pub fn write_kv<T: KvElement>(
 ) {
     let (bs, nkv, hd) = (layout.block_size, layout.num_kv_heads, layout.head_dim);
     let row = nkv * hd;
+    let f16c = use_f16c(simd_level());
     assert!(
         k_cache.len() == layout.arena_len() && v_cache.len() == layout.arena_len(),
         "write_kv: arena size"
@@ -186,8 +210,16 @@ pub fn write_kv<T: KvElement>(
         );
         for h in 0..nkv {
             let dst = ((block * nkv + h) * bs + offset) * hd;
-            T::from_f32(&k_tok[h * hd..(h + 1) * hd], &mut k_cache[dst..dst + hd]);
-            T::from_f32(&v_tok[h * hd..(h + 1) * hd], &mut v_cache[dst..dst + hd]);
+            T::narrow(
+                &k_tok[h * hd..(h + 1) * hd],
+                &mut k_cache[dst..dst + hd],
+                f16c,
+            );
+            T::narrow(
+                &v_tok[h * hd..(h + 1) * hd],
+                &mut v_cache[dst..dst + hd],
+                f16c,
+            );
         }
     }
 }
