@@ -7,7 +7,7 @@
 use criterion::Criterion;
 use criterion::measurement::{Measurement, ValueFormatter, WallTime};
 use half::f16;
-use pagoda_kernels::attention::{AttnBatch, KvElement, KvLayout, paged_attention};
+use pagoda_kernels::attention::{AttnBatch, KvElement, KvLayout, paged_attention, write_kv};
 use pagoda_kernels::parallel;
 use std::hint::black_box;
 use std::time::Duration;
@@ -129,6 +129,27 @@ fn bench_dtype<T: KvElement, M: Measurement>(c: &mut Criterion<M>, dtype: &str) 
         let mut s = setup::<T>(n_heads, nkv, hd, &shapes);
         g.bench_function(format!("{name}/batch32_ctx200"), |b| {
             b.iter(|| run(&mut s, n_heads))
+        });
+    }
+    g.finish();
+    // Writing one decode step's K/V rows (batch 32) into the arena: the f16 narrowing runs on
+    // the caller, between two products.
+    let mut g = c.benchmark_group(format!("write_kv_{dtype}"));
+    for (name, _, nkv, hd) in models {
+        let mut s = setup::<T>(nkv, nkv, hd, &[(512, 1)]);
+        let slots: Vec<u32> = (0..32).map(|i| i * 13 % 512).collect();
+        let rows: Vec<f32> = (0..32 * nkv * hd).map(|i| (i % 97) as f32 * 0.01).collect();
+        g.bench_function(format!("{name}/32_tokens"), |b| {
+            b.iter(|| {
+                write_kv(
+                    &s.layout,
+                    &mut s.k,
+                    &mut s.v,
+                    black_box(&slots),
+                    &rows,
+                    &rows,
+                )
+            })
         });
     }
     g.finish();

@@ -35,7 +35,34 @@ fn bench_ops(c: &mut Criterion) {
         g.bench_function(format!("{heads}x{hd}"), |b| {
             b.iter(|| rope.apply(black_box(&mut x), heads, 1234))
         });
+        // What a layer pays per token now that the step computes the angles once.
+        let (mut q, mut k) = (data(heads * hd), data(hd));
+        let (mut cos, mut sin) = (vec![0.0; rope.pairs()], vec![0.0; rope.pairs()]);
+        rope.angles(1234, &mut cos, &mut sin);
+        g.bench_function(format!("{heads}x{hd}+1_kv_head/precomputed_angles"), |b| {
+            b.iter(|| rope.apply_qk_at(black_box(&mut q), heads, &mut k, 1, &cos, &sin))
+        });
+        g.bench_function(format!("{heads}x{hd}/angles"), |b| {
+            b.iter(|| rope.angles(black_box(1234), &mut cos, &mut sin))
+        });
     }
+    g.finish();
+
+    // A prompt step's residual add over 2,048 rows of 576: on the caller alone, and split over
+    // the pool by `for_rows` (what the model does for prompt-sized batches).
+    let mut g = c.benchmark_group("rows_2048x576");
+    let y = data(2048 * 576);
+    let mut x = data(2048 * 576);
+    g.bench_function("add/caller", |b| {
+        b.iter(|| ops::add_inplace(black_box(&mut x), &y))
+    });
+    g.bench_function("add/for_rows", |b| {
+        b.iter(|| {
+            parallel::for_rows(2048, [black_box(&mut x[..])], &|r, [part]| {
+                ops::add_inplace(part, &y[r.start * 576..r.end * 576])
+            })
+        })
+    });
     g.finish();
 
     let mut g = c.benchmark_group("activation");
