@@ -183,14 +183,36 @@ pub fn matmul_packed(
     y: &mut [f32],
     scratch: &mut MatmulScratch,
 ) {
+    matmul_packed_into(p, x, t, &mut [y], scratch);
+}
+
+/// Most output parts [`matmul_packed_into`] takes (q, k and v of a stacked projection).
+pub const MAX_OUT_PARTS: usize = 3;
+
+/// [`matmul_packed`] with the output columns split over `outs`: consecutive column ranges,
+/// part `i` a row-major `[t][w_i]` buffer, `sum w_i = rows`. A stacked q/k/v or gate/up product
+/// writes straight into its parts instead of into one `[t][rows]` buffer that is then copied
+/// apart (at a 2,048-token prompt step those copies were ~2.5% of the step). Every part but the
+/// last must be a whole number of 8-row groups, so no group straddles two parts.
+///
+/// # Panics
+/// If there are more than [`MAX_OUT_PARTS`] parts, a part but the last is not a multiple of 8
+/// wide, or the shapes do not match (caller bugs).
+pub fn matmul_packed_into(
+    p: &PackedMatrix,
+    x: &[f32],
+    t: usize,
+    outs: &mut [&mut [f32]],
+    scratch: &mut MatmulScratch,
+) {
     let (n, k, ty) = (p.rows(), p.cols(), p.ty());
     let kern = p.kernels();
     let a_row = p.activation_row_bytes();
     assert_eq!(x.len(), t * k, "activations of {t} x {k}");
-    assert_eq!(y.len(), t * n, "output of {t} x {n}");
     if n == 0 || t == 0 {
         return;
     }
+    let out = Outputs::new(outs, t, n);
     if scratch.act.len() < t * a_row {
         scratch.act.resize(t * a_row, 0);
     }
@@ -213,7 +235,6 @@ pub fn matmul_packed(
     };
     let per_task = groups.div_ceil(n_tasks);
     let n_tasks = groups.div_ceil(per_task);
-    let out = OutPtr(y.as_mut_ptr());
 
     // Prompt-sized products of types with an unpacked form (see `packed::Unpacked`) walk the
     // panels over unpacked groups; the others over the packed groups.
@@ -230,17 +251,19 @@ pub fn matmul_packed(
                 let a = act[i * a_row..].as_ptr();
                 // SAFETY: `p` was packed at the Avx2 level, so the CPU runs these kernels; `w`
                 // holds group g's `nb` blocks in the form `gemm` reads; rows i..i + mr < t of `act`
-                // are quantized with `nb` blocks each; a full group's outputs (i.., j..j + 8) with
-                // stride n lie inside `y` and only this task writes columns of group `g`; a partial
-                // group writes to `edge` (8 x MAX_MR) instead.
+                // are quantized with `nb` blocks each; a full group's outputs (i.., j..j + 8) lie
+                // inside one output part (`Outputs`), at that part's row stride, and only this task
+                // writes columns of group `g`; a partial group writes to `edge` (8 x MAX_MR)
+                // instead.
                 unsafe {
                     if full {
-                        (gemm[mr - 1])(w, nb, a, a_row, out.at(i * n + j), n);
+                        let (y, ldy) = out.at(i, j);
+                        (gemm[mr - 1])(w, nb, a, a_row, y, ldy);
                     } else {
                         (gemm[mr - 1])(w, nb, a, a_row, edge.as_mut_ptr(), GROUP_ROWS);
                         for r in 0..mr {
                             for c in 0..n - j {
-                                out.write((i + r) * n + j + c, edge[r * GROUP_ROWS + c]);
+                                out.write(i + r, j + c, edge[r * GROUP_ROWS + c]);
                             }
                         }
                     }
@@ -265,7 +288,7 @@ pub fn matmul_packed(
                         gs.map(|g| p.group(g).as_ptr()),
                         nb,
                         act.as_ptr(),
-                        gs.map(|g| out.at(g * GROUP_ROWS)),
+                        gs.map(|g| out.at(0, g * GROUP_ROWS).0),
                     )
                 };
             }
@@ -413,6 +436,66 @@ fn tiled(
 
 /// The output buffer shared by the tasks; each task writes only its own columns (weight rows),
 /// so writes never overlap.
+/// A packed product's output: column ranges `[start_i, start_i + width_i)` in row-major
+/// buffers of their own, `width_i` apart (one part: the plain `[t][n]` output).
+struct Outputs {
+    parts: [(usize, usize, OutPtr); MAX_OUT_PARTS],
+    n_parts: usize,
+}
+
+impl Outputs {
+    /// # Panics
+    /// On more than [`MAX_OUT_PARTS`] parts, a part but the last not a multiple of 8 columns
+    /// wide, or widths that do not add up to `n` columns of `t` rows.
+    fn new(outs: &mut [&mut [f32]], t: usize, n: usize) -> Self {
+        assert!(
+            !outs.is_empty() && outs.len() <= MAX_OUT_PARTS,
+            "1..={MAX_OUT_PARTS} output parts"
+        );
+        let mut parts = [(0, 0, OutPtr(std::ptr::null_mut())); MAX_OUT_PARTS];
+        let mut start = 0;
+        let n_parts = outs.len();
+        for (i, o) in outs.iter_mut().enumerate() {
+            let width = o.len() / t;
+            assert_eq!(o.len(), t * width, "output part {i} is not {t} rows");
+            assert!(
+                i + 1 == n_parts || width.is_multiple_of(GROUP_ROWS),
+                "output part {i} is {width} columns: not whole 8-row groups"
+            );
+            parts[i] = (start, width, OutPtr(o.as_mut_ptr()));
+            start += width;
+        }
+        assert_eq!(start, n, "output parts of {start} columns for {n} rows");
+        Outputs { parts, n_parts }
+    }
+
+    /// Pointer to output (row `i`, column `j`) and the row stride of its part.
+    ///
+    /// # Safety
+    /// `i < t` and `j < n`.
+    #[inline(always)]
+    unsafe fn at(&self, i: usize, j: usize) -> (*mut f32, usize) {
+        let mut part = &self.parts[0];
+        for p in &self.parts[1..self.n_parts] {
+            if j >= p.0 {
+                part = p;
+            }
+        }
+        let (start, width, ptr) = part;
+        // SAFETY: (i, j) lies in this part: j - start < width, i < t.
+        (unsafe { ptr.at(i * width + j - start) }, *width)
+    }
+
+    /// # Safety
+    /// As [`Outputs::at`], and no other thread writes (i, j) concurrently.
+    #[inline(always)]
+    unsafe fn write(&self, i: usize, j: usize, v: f32) {
+        // SAFETY: the caller's contract.
+        unsafe { self.at(i, j).0.write(v) };
+    }
+}
+
+#[derive(Clone, Copy)]
 struct OutPtr(*mut f32);
 
 // SAFETY: tasks write disjoint elements (see `matmul_at`), and `parallel::run` returns only after

@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used)]
 
 use pagoda_kernels::cpu::{SimdLevel, available_levels};
-use pagoda_kernels::matmul::{MatmulScratch, matmul_at, matmul_packed};
+use pagoda_kernels::matmul::{MatmulScratch, matmul_at, matmul_packed, matmul_packed_into};
 use pagoda_kernels::quant::packed::PackedMatrix;
 use pagoda_kernels::quant::{GgmlType, quantize_row};
 
@@ -145,6 +145,48 @@ fn one_row_products_match_reference_at_every_split() {
         matmul_packed(&p, &x, 1, &mut got, &mut MatmulScratch::default());
         for i in 0..n {
             assert_eq!(got[i].to_bits(), want[i].to_bits(), "{ty} row {i}");
+        }
+    }
+}
+
+#[test]
+fn split_outputs_hold_the_same_columns_bit_for_bit() {
+    if !avx2() {
+        return;
+    }
+    // Column parts as the models stack them (q | k | v, gate | up), the last one ragged.
+    let splits: [&[usize]; 3] = [&[576, 192, 196], &[48, 8, 908], &[960, 4]];
+    for (ty, k) in TYPES {
+        let n = 964;
+        let w = weights(ty, n, k);
+        let Some(p) = PackedMatrix::pack_at(SimdLevel::Avx2, ty, n, k, &w) else {
+            continue;
+        };
+        for t in [1usize, 5, 40] {
+            let x = data(t * k, 13);
+            let mut whole = vec![0.0f32; t * n];
+            matmul_packed(&p, &x, t, &mut whole, &mut MatmulScratch::default());
+            for widths in splits {
+                let mut parts: Vec<Vec<f32>> =
+                    widths.iter().map(|w| vec![f32::NAN; t * w]).collect();
+                let mut outs: Vec<&mut [f32]> = parts.iter_mut().map(|v| &mut v[..]).collect();
+                matmul_packed_into(&p, &x, t, &mut outs, &mut MatmulScratch::default());
+                let mut start = 0;
+                for (part, &wd) in parts.iter().zip(widths) {
+                    for r in 0..t {
+                        for c in 0..wd {
+                            let (got, want) = (part[r * wd + c], whole[r * n + start + c]);
+                            assert_eq!(
+                                got.to_bits(),
+                                want.to_bits(),
+                                "{ty} t {t} split {widths:?}: row {r} column {}",
+                                start + c
+                            );
+                        }
+                    }
+                    start += wd;
+                }
+            }
         }
     }
 }

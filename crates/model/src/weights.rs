@@ -273,6 +273,63 @@ impl Weights {
         quant::dequantize_row(m.ty, &self.bytes(m)[row * rb..(row + 1) * rb], out);
     }
 
+    /// [`Weights::forward`] with the output columns split over `outs` (consecutive column
+    /// ranges, part `i` a `[t][w_i]` buffer): a stacked q/k/v or gate/up product lands in its
+    /// parts directly. Packed matrices write the parts in place; the others go through `tmp`
+    /// (`[t][rows]`) and are copied apart.
+    pub fn forward_split(
+        &self,
+        l: &Linear,
+        x: &[f32],
+        t: usize,
+        outs: &mut [&mut [f32]],
+        scratch: &mut MatmulScratch,
+        tmp: &mut Vec<f32>,
+    ) {
+        let m = &l.weight;
+        let x = &x[..t * m.cols];
+        let n_parts = outs.len();
+        assert!(
+            (1..=matmul::MAX_OUT_PARTS).contains(&n_parts),
+            "forward_split: {n_parts} output parts"
+        );
+        let mut widths = [0usize; matmul::MAX_OUT_PARTS];
+        for (w, o) in widths.iter_mut().zip(outs.iter()) {
+            *w = o.len() / t.max(1);
+        }
+        let widths = &widths[..n_parts];
+        // A packed product writes whole 8-row groups, so no group may straddle two parts.
+        let whole_groups = widths[..n_parts - 1].iter().all(|w| w % 8 == 0);
+        match &m.packed {
+            Some(p) if whole_groups => matmul::matmul_packed_into(p, x, t, outs, scratch),
+            _ => {
+                if tmp.len() < t * m.rows {
+                    tmp.resize(t * m.rows, 0.0);
+                }
+                self.forward(l, x, t, &mut tmp[..t * m.rows], scratch);
+                let mut start = 0;
+                for (o, &w) in outs.iter_mut().zip(widths) {
+                    for (dst, src) in o.chunks_exact_mut(w).zip(tmp.chunks_exact(m.rows)) {
+                        dst.copy_from_slice(&src[start..start + w]);
+                    }
+                    start += w;
+                }
+                return;
+            }
+        }
+        if let Some(b) = &l.bias {
+            let mut start = 0;
+            for (o, &w) in outs.iter_mut().zip(widths) {
+                for row in o.chunks_exact_mut(w) {
+                    for (v, b) in row.iter_mut().zip(&b[start..start + w]) {
+                        *v += b;
+                    }
+                }
+                start += w;
+            }
+        }
+    }
+
     /// `y[t][rows] = x[t][cols] . W^T (+ bias)` over `t` rows.
     pub fn forward(
         &self,

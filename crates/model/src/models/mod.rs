@@ -80,7 +80,8 @@ pub struct ForwardScratch {
     gate: Vec<f32>,
     up: Vec<f32>,
     selected: Vec<f32>,
-    /// Output of a stacked projection (qkv or gate/up), `[t][rows]`.
+    /// A stacked projection's `[t][rows]` output when it cannot be written in parts
+    /// (`Weights::forward_split` on a matrix without packed kernels).
     stacked: Vec<f32>,
     /// RoPE angles of the batch's positions, `[t][pairs]` cos then sin, for the global and
     /// (Gemma 3) sliding-window bases: computed once per step, used by every layer.
@@ -253,10 +254,11 @@ impl Model {
         let c = &self.config;
         let t = batch.num_tokens();
         let (qd, kvd) = (c.q_dim(), c.kv_dim());
-        let w = qd + 2 * kvd;
         if let Some(qkv) = &a.qkv {
-            let y = ensure(&mut s.stacked, t * w);
-            self.weights.forward(qkv, h, t, y, &mut s.matmul);
+            let (q, k) = (ensure(&mut s.q, t * qd), ensure(&mut s.k, t * kvd));
+            let v = ensure(&mut s.v, t * kvd);
+            let (outs, m, tmp) = (&mut [q, k, v], &mut s.matmul, &mut s.stacked);
+            self.weights.forward_split(qkv, h, t, outs, m, tmp);
         } else {
             let q = ensure(&mut s.q, t * qd);
             self.weights.forward(&a.q, h, t, q, &mut s.matmul);
@@ -272,19 +274,9 @@ impl Model {
             (&self.rope, &s.rope_angles[0])
         };
         let pairs = rope.pairs();
-        let stacked = a.qkv.as_ref().map(|_| &s.stacked[..t * w]);
-        let (q, k) = (ensure(&mut s.q, t * qd), ensure(&mut s.k, t * kvd));
-        let v = ensure(&mut s.v, t * kvd);
-        // One pass per run of rows: unstack q/k/v, the per-head norms, RoPE.
-        parallel::for_rows(t, [q, k, v], &|r, [q, k, v]| {
-            if let Some(y) = stacked {
-                let rows = y[r.start * w..r.end * w].chunks_exact(w);
-                for (j, row) in rows.enumerate() {
-                    q[j * qd..][..qd].copy_from_slice(&row[..qd]);
-                    k[j * kvd..][..kvd].copy_from_slice(&row[qd..qd + kvd]);
-                    v[j * kvd..][..kvd].copy_from_slice(&row[qd + kvd..]);
-                }
-            }
+        let (q, k) = (&mut s.q[..t * qd], &mut s.k[..t * kvd]);
+        // One pass per run of rows: the per-head norms, RoPE.
+        parallel::for_rows(t, [q, k], &|r, [q, k]| {
             if let Some(w) = &a.q_norm {
                 ops::rms_norm_rows(q, w, c.rms_eps);
             }
@@ -370,19 +362,14 @@ impl Model {
             Activation::Silu => ops::silu_mul(g, u),
             Activation::GeluTanh => ops::gelu_tanh_mul(g, u),
         };
+        let (gate, up) = (ensure(&mut s.gate, t * n), ensure(&mut s.up, t * n));
         if let Some(gate_up) = &f.gate_up {
-            let y = ensure(&mut s.stacked, t * 2 * n);
-            self.weights.forward(gate_up, h, t, y, &mut s.matmul);
-            let gate = ensure(&mut s.gate, t * n);
-            rows::gated_from_stacked(&s.stacked[..t * 2 * n], n, gate, &gated);
-            self.weights
-                .forward(&f.down, &s.gate[..t * n], t, out, &mut s.matmul);
-            return;
+            let (outs, m, tmp) = (&mut [gate, up], &mut s.matmul, &mut s.stacked);
+            self.weights.forward_split(gate_up, h, t, outs, m, tmp);
+        } else {
+            self.weights.forward(&f.gate, h, t, gate, &mut s.matmul);
+            self.weights.forward(&f.up, h, t, up, &mut s.matmul);
         }
-        let gate = ensure(&mut s.gate, t * n);
-        self.weights.forward(&f.gate, h, t, gate, &mut s.matmul);
-        let up = ensure(&mut s.up, t * n);
-        self.weights.forward(&f.up, h, t, up, &mut s.matmul);
         rows::gated_rows(&mut s.gate[..t * n], &s.up[..t * n], n, &gated);
         self.weights
             .forward(&f.down, &s.gate[..t * n], t, out, &mut s.matmul);

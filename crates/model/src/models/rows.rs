@@ -35,24 +35,6 @@ pub(crate) fn add_normed(x: &mut [f32], y: &mut [f32], w: &[f32], eps: f32) {
     });
 }
 
-/// `out[r] = act(g) * u` where `stacked[r]` is `[g | u]`, `n` values each: the gated half of
-/// a stacked gate/up product, packed into `[rows][n]` for the down projection.
-pub(crate) fn gated_from_stacked(
-    stacked: &[f32],
-    n: usize,
-    out: &mut [f32],
-    gated: &(dyn Fn(&mut [f32], &[f32]) + Sync),
-) {
-    parallel::for_rows(out.len() / n, [out], &|r, [o]| {
-        let rows = stacked[r.start * 2 * n..r.end * 2 * n].chunks_exact(2 * n);
-        for (row, gu) in o.chunks_exact_mut(n).zip(rows) {
-            let (g, u) = gu.split_at(n);
-            row.copy_from_slice(g);
-            gated(row, u);
-        }
-    });
-}
-
 /// `gate[r] = act(gate[r]) * up[r]` in place, rows of `n`.
 pub(crate) fn gated_rows(
     gate: &mut [f32],
