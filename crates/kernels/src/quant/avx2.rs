@@ -462,6 +462,52 @@ pub(crate) unsafe fn quantize_act_q8_0(src: &[f32], dst: &mut [u8]) {
     }
 }
 
+/// Sum of the 8 i32 lanes of `v`.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn hsum_epi32(v: __m256i) -> i32 {
+    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
+    _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01)))
+}
+
+/// `x` rounded to f16 (to nearest even, as `half::f16::from_f32` and ggml store block scales)
+/// and widened back.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn through_f16(x: f32) -> f32 {
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(
+        _mm_set_ss(x),
+    )))
+}
+
+/// Q8_1 quantization straight into the packed Q4_1 kernels' 40-byte activation blocks: `d` and
+/// `s = d * sum(q)` rounded through f16 exactly as [`quantize_act_q8_1`] stores them, widened
+/// to f32, then the 32 quants. Contract: `src.len() % 32 == 0`, `dst.len() == src.len() / 32 * 40`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn quantize_act_q8_1_wide(src: &[f32], dst: &mut [u8]) {
+    for (x, b) in src.chunks_exact(32).zip(dst.chunks_exact_mut(40)) {
+        let (amax, q, sums) = unsafe { quantize_32(x.as_ptr()) };
+        let d = amax / 127.0;
+        b[0..4].copy_from_slice(&through_f16(d).to_le_bytes());
+        b[4..8].copy_from_slice(&through_f16(d * hsum_epi32(sums) as f32).to_le_bytes());
+        unsafe { _mm256_storeu_si256(b.as_mut_ptr().add(8) as *mut __m256i, q) };
+    }
+}
+
+/// Q8_0 quantization straight into the packed Q5_0 kernels' 40-byte activation blocks: `d`
+/// rounded through f16 as [`quantize_act_q8_0`] stores it, widened to f32; `16 * sum(q)` as
+/// i32; the 32 quants. Same contract as [`quantize_act_q8_1_wide`].
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn quantize_act_q8_0_wide(src: &[f32], dst: &mut [u8]) {
+    for (x, b) in src.chunks_exact(32).zip(dst.chunks_exact_mut(40)) {
+        let (amax, q, sums) = unsafe { quantize_32(x.as_ptr()) };
+        b[0..4].copy_from_slice(&through_f16(amax / 127.0).to_le_bytes());
+        b[4..8].copy_from_slice(&(16 * hsum_epi32(sums)).to_le_bytes());
+        unsafe { _mm256_storeu_si256(b.as_mut_ptr().add(8) as *mut __m256i, q) };
+    }
+}
+
 /// AVX2 Q8_1 activation quantizer: as Q8_0 plus `s = d * sum(q)`. Same contract, 36-byte blocks.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn quantize_act_q8_1(src: &[f32], dst: &mut [u8]) {

@@ -149,7 +149,9 @@ pub(crate) fn activation_format(ty: GgmlType) -> Option<(usize, QuantizeFn)> {
 
 /// Quantizes `src` 32 values at a time with the AVX2 quantizer of `vdt` (exactly as for the plain
 /// kernels: packed matrices exist only on AVX2 CPUs) into a `vdt` block, which `write` then
-/// stores in a kernel's own activation block layout.
+/// stores in a kernel's own activation block layout. The reference the direct quantizers
+/// (`q4_1::quantize_activations`, `q5_0::quantize_activations`) are tested against.
+#[cfg(test)]
 fn requantize<const RAW: usize>(
     vdt: GgmlType,
     src: &[f32],
@@ -342,4 +344,64 @@ pub(crate) fn f16_at(p: &[u8], at: usize) -> f32 {
 #[inline]
 pub(crate) fn f32_at(p: &[u8], at: usize) -> f32 {
     f32::from_le_bytes([p[at], p[at + 1], p[at + 2], p[at + 3]])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rows with zeros, tiny and huge values, ties of the rounding and a block of one sign.
+    fn rows() -> Vec<Vec<f32>> {
+        let mut out = vec![
+            vec![0.0f32; 96],
+            (0..96).map(|i| i as f32 * 0.5 - 20.0).collect(),
+        ];
+        let mut x = 0x2545_f491_u32;
+        out.push(
+            (0..576)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 17;
+                    x ^= x << 5;
+                    (x as f32 / u32::MAX as f32 - 0.5) * 8.0
+                })
+                .collect(),
+        );
+        out.push(
+            (0..64)
+                .map(|i| if i % 7 == 0 { 6.0e4 } else { 1e-6 * i as f32 })
+                .collect(),
+        );
+        out.push((0..32).map(|i| -(i as f32) / 127.0).collect());
+        out
+    }
+
+    #[test]
+    fn direct_activation_quantizers_match_the_requantized_blocks() {
+        if !crate::quant::dispatch::level_supported(SimdLevel::Avx2) {
+            return;
+        }
+        type Quantize = fn(&[f32], &mut [u8]);
+        let pairs: [(&str, Quantize, Quantize); 2] = [
+            (
+                "q4_1",
+                q4_1::quantize_activations,
+                q4_1::quantize_activations_via_q8_1,
+            ),
+            (
+                "q5_0",
+                q5_0::quantize_activations,
+                q5_0::quantize_activations_via_q8_0,
+            ),
+        ];
+        for (name, direct, reference) in pairs {
+            for x in rows() {
+                let mut got = vec![0u8; x.len() / 32 * 40];
+                let mut want = vec![1u8; got.len()];
+                direct(&x, &mut got);
+                reference(&x, &mut want);
+                assert_eq!(got, want, "{name}: row of {}", x.len());
+            }
+        }
+    }
 }

@@ -13,18 +13,31 @@
 use std::arch::x86_64::*;
 
 use super::{GROUP_ROWS, PackedKernels, f16_at, f32_at};
-use crate::quant::GgmlType;
 
 const GROUP_BYTES: usize = 32 + 4 * 32;
 /// An activation block: Q8_1's `d` and `s = d * sum(q)` (f16 values) widened to f32, then its
 /// 32 i8 quants.
 pub(super) const ACT_BLOCK: usize = 40;
 /// A Q8_1 block as the quantizer writes it: f16 d, f16 s, 32 i8 quants.
+#[cfg(test)]
 const Q8_1_BLOCK: usize = 36;
 
-/// Quantizes `src` to Q8_1 and stores each block in the [`ACT_BLOCK`] layout.
+/// Quantizes `src` to Q8_1 straight into the [`ACT_BLOCK`] layout.
 pub(super) fn quantize_activations(src: &[f32], dst: &mut [u8]) {
-    super::requantize::<Q8_1_BLOCK>(GgmlType::Q8_1, src, dst, ACT_BLOCK, |q, b| {
+    assert!(
+        src.len().is_multiple_of(32) && dst.len() == src.len() / 32 * ACT_BLOCK,
+        "Q4_1 activation row lengths"
+    );
+    // SAFETY: packed matrices exist only on AVX2+FMA+F16C CPUs (`PackedMatrix::pack_at`);
+    // lengths checked above.
+    unsafe { crate::quant::avx2::quantize_act_q8_1_wide(src, dst) }
+}
+
+/// [`quantize_activations`] the long way (tests): the plain Q8_1 quantizer, then its block
+/// rewritten into the [`ACT_BLOCK`] layout.
+#[cfg(test)]
+pub(super) fn quantize_activations_via_q8_1(src: &[f32], dst: &mut [u8]) {
+    super::requantize::<Q8_1_BLOCK>(crate::quant::GgmlType::Q8_1, src, dst, ACT_BLOCK, |q, b| {
         b[0..4].copy_from_slice(&f16_at(q, 0).to_le_bytes());
         b[4..8].copy_from_slice(&f16_at(q, 2).to_le_bytes());
         b[8..40].copy_from_slice(&q[4..36]);

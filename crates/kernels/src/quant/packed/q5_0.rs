@@ -16,7 +16,6 @@
 use std::arch::x86_64::*;
 
 use super::{GROUP_ROWS, PackedKernels, Unpacked, f16_at, f32_at};
-use crate::quant::GgmlType;
 
 const GROUP_BYTES: usize = 16 + 32 + 4 * 32;
 /// Offset of the quant chunks in a group block.
@@ -25,11 +24,25 @@ const QS: usize = 48;
 /// 32 i8 quants.
 pub(super) const ACT_BLOCK: usize = 40;
 /// A Q8_0 block as the quantizer writes it: f16 d, 32 i8 quants.
+#[cfg(test)]
 const Q8_0_BLOCK: usize = 34;
 
-/// Quantizes `src` to Q8_0 and stores each block in the [`ACT_BLOCK`] layout.
+/// Quantizes `src` to Q8_0 straight into the [`ACT_BLOCK`] layout.
 pub(super) fn quantize_activations(src: &[f32], dst: &mut [u8]) {
-    super::requantize::<Q8_0_BLOCK>(GgmlType::Q8_0, src, dst, ACT_BLOCK, |q, b| {
+    assert!(
+        src.len().is_multiple_of(32) && dst.len() == src.len() / 32 * ACT_BLOCK,
+        "Q5_0 activation row lengths"
+    );
+    // SAFETY: packed matrices exist only on AVX2+FMA+F16C CPUs (`PackedMatrix::pack_at`);
+    // lengths checked above.
+    unsafe { crate::quant::avx2::quantize_act_q8_0_wide(src, dst) }
+}
+
+/// [`quantize_activations`] the long way (tests): the plain Q8_0 quantizer, then its block
+/// rewritten into the [`ACT_BLOCK`] layout.
+#[cfg(test)]
+pub(super) fn quantize_activations_via_q8_0(src: &[f32], dst: &mut [u8]) {
+    super::requantize::<Q8_0_BLOCK>(crate::quant::GgmlType::Q8_0, src, dst, ACT_BLOCK, |q, b| {
         let sum: i32 = q[2..].iter().map(|&v| v as i8 as i32).sum();
         b[0..4].copy_from_slice(&f16_at(q, 0).to_le_bytes());
         b[4..8].copy_from_slice(&(16 * sum).to_le_bytes());
