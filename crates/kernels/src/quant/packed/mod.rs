@@ -138,8 +138,8 @@ pub(crate) type QuantizeFn = fn(&[f32], &mut [u8]);
 pub(crate) fn activation_format(ty: GgmlType) -> Option<(usize, QuantizeFn)> {
     let vdt = ty.vec_dot_type()?;
     match ty {
-        GgmlType::Q4_1 => Some((q4_1::ACT_BLOCK, q4_1::quantize_activations)),
-        GgmlType::Q5_0 => Some((q5_0::ACT_BLOCK, q5_0::quantize_activations)),
+        GgmlType::Q4_1 => Some((q4_1::ACT_BLOCK, quantize_wide::<true>)),
+        GgmlType::Q5_0 => Some((q5_0::ACT_BLOCK, quantize_wide::<false>)),
         _ => Some((
             vdt.type_size(),
             super::dispatch::activation_quantizer(vdt, SimdLevel::Avx2),
@@ -147,10 +147,29 @@ pub(crate) fn activation_format(ty: GgmlType) -> Option<(usize, QuantizeFn)> {
     }
 }
 
+/// Quantizes `src` straight into the packed Q4_1 kernels' activation blocks (`Q8_1`: f32 d,
+/// f32 s, 32 i8) or the Q5_0 ones' (f32 d, i32 16 * sum, 32 i8), 40 bytes each.
+fn quantize_wide<const Q8_1: bool>(src: &[f32], dst: &mut [u8]) {
+    const { assert!(q4_1::ACT_BLOCK == 40 && q5_0::ACT_BLOCK == 40) };
+    assert!(
+        src.len().is_multiple_of(32) && dst.len() == src.len() / 32 * 40,
+        "activation row lengths"
+    );
+    // SAFETY: packed matrices exist only on AVX2+FMA+F16C CPUs (`PackedMatrix::pack_at`);
+    // lengths checked above.
+    unsafe {
+        if Q8_1 {
+            super::avx2::quantize_act_q8_1_wide(src, dst)
+        } else {
+            super::avx2::quantize_act_q8_0_wide(src, dst)
+        }
+    }
+}
+
 /// Quantizes `src` 32 values at a time with the AVX2 quantizer of `vdt` (exactly as for the plain
 /// kernels: packed matrices exist only on AVX2 CPUs) into a `vdt` block, which `write` then
-/// stores in a kernel's own activation block layout. The reference the direct quantizers
-/// (`q4_1::quantize_activations`, `q5_0::quantize_activations`) are tested against.
+/// stores in a kernel's own activation block layout. The reference [`quantize_wide`] is tested
+/// against.
 #[cfg(test)]
 fn requantize<const RAW: usize>(
     vdt: GgmlType,
@@ -385,12 +404,12 @@ mod tests {
         let pairs: [(&str, Quantize, Quantize); 2] = [
             (
                 "q4_1",
-                q4_1::quantize_activations,
+                quantize_wide::<true>,
                 q4_1::quantize_activations_via_q8_1,
             ),
             (
                 "q5_0",
-                q5_0::quantize_activations,
+                quantize_wide::<false>,
                 q5_0::quantize_activations_via_q8_0,
             ),
         ];

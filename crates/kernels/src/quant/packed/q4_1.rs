@@ -22,19 +22,8 @@ pub(super) const ACT_BLOCK: usize = 40;
 #[cfg(test)]
 const Q8_1_BLOCK: usize = 36;
 
-/// Quantizes `src` to Q8_1 straight into the [`ACT_BLOCK`] layout.
-pub(super) fn quantize_activations(src: &[f32], dst: &mut [u8]) {
-    assert!(
-        src.len().is_multiple_of(32) && dst.len() == src.len() / 32 * ACT_BLOCK,
-        "Q4_1 activation row lengths"
-    );
-    // SAFETY: packed matrices exist only on AVX2+FMA+F16C CPUs (`PackedMatrix::pack_at`);
-    // lengths checked above.
-    unsafe { crate::quant::avx2::quantize_act_q8_1_wide(src, dst) }
-}
-
-/// [`quantize_activations`] the long way (tests): the plain Q8_1 quantizer, then its block
-/// rewritten into the [`ACT_BLOCK`] layout.
+/// The activation layout the long way (tests, the reference of `super::quantize_wide`): the
+/// plain Q8_1 quantizer, then its block rewritten into the [`ACT_BLOCK`] layout.
 #[cfg(test)]
 pub(super) fn quantize_activations_via_q8_1(src: &[f32], dst: &mut [u8]) {
     super::requantize::<Q8_1_BLOCK>(crate::quant::GgmlType::Q8_1, src, dst, ACT_BLOCK, |q, b| {

@@ -27,19 +27,8 @@ pub(super) const ACT_BLOCK: usize = 40;
 #[cfg(test)]
 const Q8_0_BLOCK: usize = 34;
 
-/// Quantizes `src` to Q8_0 straight into the [`ACT_BLOCK`] layout.
-pub(super) fn quantize_activations(src: &[f32], dst: &mut [u8]) {
-    assert!(
-        src.len().is_multiple_of(32) && dst.len() == src.len() / 32 * ACT_BLOCK,
-        "Q5_0 activation row lengths"
-    );
-    // SAFETY: packed matrices exist only on AVX2+FMA+F16C CPUs (`PackedMatrix::pack_at`);
-    // lengths checked above.
-    unsafe { crate::quant::avx2::quantize_act_q8_0_wide(src, dst) }
-}
-
-/// [`quantize_activations`] the long way (tests): the plain Q8_0 quantizer, then its block
-/// rewritten into the [`ACT_BLOCK`] layout.
+/// The activation layout the long way (tests, the reference of `super::quantize_wide`): the
+/// plain Q8_0 quantizer, then its block rewritten into the [`ACT_BLOCK`] layout.
 #[cfg(test)]
 pub(super) fn quantize_activations_via_q8_0(src: &[f32], dst: &mut [u8]) {
     super::requantize::<Q8_0_BLOCK>(crate::quant::GgmlType::Q8_0, src, dst, ACT_BLOCK, |q, b| {
