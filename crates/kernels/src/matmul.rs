@@ -434,8 +434,6 @@ fn tiled(
     }
 }
 
-/// The output buffer shared by the tasks; each task writes only its own columns (weight rows),
-/// so writes never overlap.
 /// A packed product's output: column ranges `[start_i, start_i + width_i)` in row-major
 /// buffers of their own, `width_i` apart (one part: the plain `[t][n]` output).
 struct Outputs {
@@ -495,6 +493,8 @@ impl Outputs {
     }
 }
 
+/// The output buffer shared by the tasks; each task writes only its own columns (weight rows),
+/// so writes never overlap.
 #[derive(Clone, Copy)]
 struct OutPtr(*mut f32);
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use pagoda_gguf::GgufFile;
 use pagoda_kernels::matmul::{self, MatmulScratch};
-use pagoda_kernels::quant::packed::PackedMatrix;
+use pagoda_kernels::quant::packed::{GROUP_ROWS, PackedMatrix};
 use pagoda_kernels::quant::{self, GgmlType};
 
 use crate::ModelError;
@@ -287,19 +287,24 @@ impl Weights {
         tmp: &mut Vec<f32>,
     ) {
         let m = &l.weight;
-        let x = &x[..t * m.cols];
         let n_parts = outs.len();
         assert!(
             (1..=matmul::MAX_OUT_PARTS).contains(&n_parts),
             "forward_split: {n_parts} output parts"
         );
+        if t == 0 {
+            return; // an empty batch: no rows, and no widths to take from them
+        }
+        let x = &x[..t * m.cols];
         let mut widths = [0usize; matmul::MAX_OUT_PARTS];
         for (w, o) in widths.iter_mut().zip(outs.iter()) {
-            *w = o.len() / t.max(1);
+            *w = o.len() / t;
         }
         let widths = &widths[..n_parts];
         // A packed product writes whole 8-row groups, so no group may straddle two parts.
-        let whole_groups = widths[..n_parts - 1].iter().all(|w| w % 8 == 0);
+        let whole_groups = widths[..n_parts - 1]
+            .iter()
+            .all(|w| w.is_multiple_of(GROUP_ROWS));
         match &m.packed {
             Some(p) if whole_groups => matmul::matmul_packed_into(p, x, t, outs, scratch),
             _ => {
