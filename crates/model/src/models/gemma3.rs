@@ -2,7 +2,7 @@
 //! attention and FFN, per-head RMSNorm on q and k, GeGLU (tanh GELU). The stored norm weights
 //! already include Gemma's `+1` (convert_hf_to_gguf adds it), so every norm is plain `x * w`.
 
-use super::{Activation, Attention, Ffn, ForwardScratch, Model, ensure, rows};
+use super::{Activation, Attention, Ffn, ForwardScratch, Model, OutputRows, ensure, rows};
 use crate::config::ModelConfig;
 use crate::weights::Weights;
 use crate::{ForwardBatch, KvCache, ModelError};
@@ -29,8 +29,10 @@ impl Block {
         })
     }
 
-    /// `x += norm(attn(norm(x))); x += norm(ffn(norm(x)))` over the batch's T rows. The
+    /// `x += norm(attn(norm(x))); x += norm(ffn(norm(x)))` over the batch's T rows (the
+    /// last layer: past its attention, over the rows `keep` names). The
     /// sliding window and its RoPE base are chosen per layer inside `Model::attention`.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn forward(
         &self,
         m: &Model,
@@ -39,6 +41,7 @@ impl Block {
         batch: &ForwardBatch,
         kv: &mut KvCache,
         s: &mut ForwardScratch,
+        keep: Option<&OutputRows>,
     ) {
         let (d, eps, t) = (m.config.d_model, m.config.rms_eps, batch.num_tokens());
         let mut h = std::mem::take(&mut s.h);
@@ -46,7 +49,10 @@ impl Block {
         let (hb, ob) = (ensure(&mut h, t * d), ensure(&mut out, t * d));
 
         rows::rms_norm_into(x, &self.attn_norm, eps, hb);
-        m.attention(il, &self.attn, hb, ob, batch, kv, s);
+        m.attention(il, &self.attn, hb, ob, batch, kv, s, keep);
+        // Past the attention only the kept rows go on.
+        let (t, x) = OutputRows::narrow(keep, x, d);
+        let (hb, ob) = (&mut hb[..t * d], &mut ob[..t * d]);
         rows::add_normed(x, ob, &self.post_attention_norm, eps);
 
         rows::rms_norm_into(x, &self.ffn_norm, eps, hb);

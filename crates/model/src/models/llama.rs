@@ -1,7 +1,7 @@
 //! The llama block (also Qwen2, which adds q/k/v biases): pre-norm attention and SwiGLU FFN,
 //! each added to the residual stream. Follows llama.cpp `llm_build_llama` / `llm_build_qwen2`.
 
-use super::{Activation, Attention, Ffn, ForwardScratch, Model, ensure, rows};
+use super::{Activation, Attention, Ffn, ForwardScratch, Model, OutputRows, ensure, rows};
 use crate::config::{Architecture, ModelConfig};
 use crate::weights::Weights;
 use crate::{ForwardBatch, KvCache, ModelError};
@@ -24,7 +24,9 @@ impl Block {
         })
     }
 
-    /// `x += attn(norm(x)); x += ffn(norm(x))` over the batch's T rows.
+    /// `x += attn(norm(x)); x += ffn(norm(x))` over the batch's T rows (the
+    /// last layer: past its attention, over the rows `keep` names).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn forward(
         &self,
         m: &Model,
@@ -33,6 +35,7 @@ impl Block {
         batch: &ForwardBatch,
         kv: &mut KvCache,
         s: &mut ForwardScratch,
+        keep: Option<&OutputRows>,
     ) {
         let (d, eps, t) = (m.config.d_model, m.config.rms_eps, batch.num_tokens());
         let mut h = std::mem::take(&mut s.h);
@@ -40,7 +43,10 @@ impl Block {
         let (hb, ob) = (ensure(&mut h, t * d), ensure(&mut out, t * d));
 
         rows::rms_norm_into(x, &self.attn_norm, eps, hb);
-        m.attention(il, &self.attn, hb, ob, batch, kv, s);
+        m.attention(il, &self.attn, hb, ob, batch, kv, s, keep);
+        // Past the attention only the kept rows go on.
+        let (t, x) = OutputRows::narrow(keep, x, d);
+        let (hb, ob) = (&mut hb[..t * d], &mut ob[..t * d]);
         rows::add(x, ob, t);
 
         rows::rms_norm_into(x, &self.ffn_norm, eps, hb);

@@ -4,6 +4,7 @@
 
 mod gemma3;
 mod llama;
+mod output_rows;
 mod rows;
 
 use std::sync::Arc;
@@ -18,6 +19,7 @@ use crate::config::{Architecture, KvCacheDtype, ModelConfig};
 use crate::kv_cache::Arenas;
 use crate::weights::{Linear, Matrix, Weights};
 use crate::{ForwardBatch, KvCache, ModelError};
+use output_rows::OutputRows;
 
 /// A loaded model: configuration, weights (in the mmap) and RoPE tables. Stateless: the KV
 /// arena and scratch buffers are passed in.
@@ -86,6 +88,8 @@ pub struct ForwardScratch {
     /// RoPE angles of the batch's positions, `[t][pairs]` cos then sin, for the global and
     /// (Gemma 3) sliding-window bases: computed once per step, used by every layer.
     rope_angles: [RopeAngles; 2],
+    /// The last layer's surviving rows, when it can drop the others.
+    output_rows: OutputRows,
     pub(crate) logits: Vec<f32>,
     pub(crate) matmul: MatmulScratch,
 }
@@ -208,23 +212,34 @@ impl Model {
             s.rope_angles[1].fill(&self.rope_swa, &batch.positions);
         }
         let mut x = std::mem::take(&mut s.x);
+        let mut out_rows = std::mem::take(&mut s.output_rows);
+        let pruned = out_rows.plan(batch);
+        let last = c.n_layers - 1;
+        let keep = |il: usize| (pruned && il == last).then_some(&out_rows);
         match &self.blocks {
             Blocks::Llama(blocks) => {
                 for (il, b) in blocks.iter().enumerate() {
-                    b.forward(self, il, &mut x[..t * d], batch, kv, s);
+                    b.forward(self, il, &mut x[..t * d], batch, kv, s, keep(il));
                 }
             }
             Blocks::Gemma3(blocks) => {
                 for (il, b) in blocks.iter().enumerate() {
-                    b.forward(self, il, &mut x[..t * d], batch, kv, s);
+                    b.forward(self, il, &mut x[..t * d], batch, kv, s, keep(il));
                 }
             }
         }
-        // The LM head runs only over the rows whose logits are wanted.
+        s.output_rows = out_rows;
+        // The LM head runs only over the rows whose logits are wanted: after a pruned last layer
+        // they are x's first rows, in order.
         let n = batch.logits_indices.len();
         let sel = ensure(&mut s.selected, n * d);
-        for (row, &i) in sel.chunks_exact_mut(d).zip(&batch.logits_indices) {
-            ops::rms_norm(&x[i as usize * d..][..d], &self.output_norm, c.rms_eps, row);
+        for (j, (row, &i)) in sel
+            .chunks_exact_mut(d)
+            .zip(&batch.logits_indices)
+            .enumerate()
+        {
+            let i = if pruned { j } else { i as usize };
+            ops::rms_norm(&x[i * d..][..d], &self.output_norm, c.rms_eps, row);
         }
         s.x = x;
         let logits = ensure(&mut s.logits, n * c.vocab_size);
@@ -239,7 +254,8 @@ impl Model {
     }
 
     /// `out[t][d] = Wo . attention(h)`: q/k/v projections, optional per-head norms, RoPE, KV
-    /// write and paged attention for layer `il`.
+    /// write and paged attention for layer `il`. With `keep`, every row's K and V are written but
+    /// only the kept rows are attended and projected: `out` gets `keep.len()` rows.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn attention(
         &self,
@@ -250,6 +266,7 @@ impl Model {
         batch: &ForwardBatch,
         kv: &mut KvCache,
         s: &mut ForwardScratch,
+        keep: Option<&OutputRows>,
     ) {
         let c = &self.config;
         let t = batch.num_tokens();
@@ -292,16 +309,20 @@ impl Model {
                 rope.apply_qk_at(qj, c.n_heads, kj, c.n_kv_heads, cos, sin);
             }
         });
-        let (q, k, v) = (&s.q[..t * qd], &s.k[..t * kvd], &s.v[..t * kvd]);
+        let t_out = keep.map_or(t, |o| o.len());
+        if let Some(o) = keep {
+            o.compact(&mut s.q[..t * qd], qd);
+        }
+        let (q, k, v) = (&s.q[..t_out * qd], &s.k[..t * kvd], &s.v[..t * kvd]);
         let layout = *kv.layout();
         let attn_batch = AttnBatch {
-            query_start_loc: &batch.query_start_loc,
+            query_start_loc: keep.map_or(&batch.query_start_loc, |o| o.query_start_loc()),
             seq_lens: &batch.seq_lens,
             block_tables: &batch.block_tables,
             max_blocks_per_seq: batch.max_blocks_per_seq,
         };
         let window = if swa { c.sliding_window } else { None };
-        let attn = ensure(&mut s.attn, t * qd);
+        let attn = ensure(&mut s.attn, t_out * qd);
         let (nh, scale, slots) = (c.n_heads, c.attn_scale, &batch.slot_mapping);
         // One body for both element types: the generic kernels take the arena's slices as they are.
         fn write_and_attend<T: attention::KvElement>(
@@ -343,8 +364,9 @@ impl Model {
                 attn,
             ),
         }
+        let out = &mut out[..t_out * c.d_model];
         self.weights
-            .forward(&a.o, &s.attn[..t * qd], t, out, &mut s.matmul);
+            .forward(&a.o, &s.attn[..t_out * qd], t_out, out, &mut s.matmul);
     }
 
     /// `out[t][d] = down(act(gate h) * up h)`.

@@ -19,6 +19,9 @@ pub(crate) fn rms_norm_into(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
 
 /// `x += y` over `rows` rows (the residual add).
 pub(crate) fn add(x: &mut [f32], y: &[f32], rows: usize) {
+    if rows == 0 {
+        return;
+    }
     let d = x.len() / rows;
     parallel::for_rows(rows, [x], &|r, [part]| {
         ops::add_inplace(part, &y[r.start * d..r.end * d]);
