@@ -311,8 +311,9 @@ pub fn matmul_packed_into(
                         (u.unpack)(p.group(g).as_ptr(), nb, buf[i * group_len..].as_mut_ptr())
                     };
                 }
-                for c0 in (0..t).step_by(ACT_PANEL) {
-                    let c1 = (c0 + ACT_PANEL).min(t);
+                let panel = ACT_PANEL - ACT_PANEL % u.max_mr;
+                for c0 in (0..t).step_by(panel) {
+                    let c1 = (c0 + panel).min(t);
                     for (i, g) in g_range.clone().enumerate() {
                         run_rows(&u.gemm, u.max_mr, buf[i * group_len..].as_ptr(), g, c0..c1);
                     }
@@ -320,8 +321,10 @@ pub fn matmul_packed_into(
             });
             return;
         }
-        for c0 in (0..t).step_by(ACT_PANEL) {
-            let c1 = (c0 + ACT_PANEL).min(t);
+        // A whole number of kernel calls per panel: no short call at each panel's end.
+        let panel = ACT_PANEL - ACT_PANEL % kern.max_mr;
+        for c0 in (0..t).step_by(panel) {
+            let c1 = (c0 + panel).min(t);
             for g in g_range.clone() {
                 run_rows(&kern.gemm, kern.max_mr, p.group(g).as_ptr(), g, c0..c1);
             }

@@ -481,23 +481,28 @@ fn through_f16(x: f32) -> f32 {
     )))
 }
 
-/// Q8_1 quantization straight into the packed Q4_1 kernels' 40-byte activation blocks: `d` and
+/// Q8_1 quantization straight into the packed Q4_1 kernels' 72-byte activation blocks: `d` and
 /// `s = d * sum(q)` rounded through f16 exactly as [`quantize_act_q8_1`] stores them, widened
-/// to f32, then the 32 quants. Contract: `src.len() % 32 == 0`, `dst.len() == src.len() / 32 * 40`.
+/// to f32, then the 32 quants twice (the kernels read 32 bytes from any of the first 8 runs of 4).
+/// Contract: `src.len() % 32 == 0`, `dst.len() == src.len() / 32 * 72`.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn quantize_act_q8_1_wide(src: &[f32], dst: &mut [u8]) {
-    for (x, b) in src.chunks_exact(32).zip(dst.chunks_exact_mut(40)) {
+    for (x, b) in src.chunks_exact(32).zip(dst.chunks_exact_mut(72)) {
         let (amax, q, sums) = unsafe { quantize_32(x.as_ptr()) };
         let d = amax / 127.0;
         b[0..4].copy_from_slice(&through_f16(d).to_le_bytes());
         b[4..8].copy_from_slice(&through_f16(d * hsum_epi32(sums) as f32).to_le_bytes());
-        unsafe { _mm256_storeu_si256(b.as_mut_ptr().add(8) as *mut __m256i, q) };
+        let at = b.as_mut_ptr();
+        unsafe {
+            _mm256_storeu_si256(at.add(8) as *mut __m256i, q);
+            _mm256_storeu_si256(at.add(40) as *mut __m256i, q);
+        }
     }
 }
 
 /// Q8_0 quantization straight into the packed Q5_0 kernels' 40-byte activation blocks: `d`
 /// rounded through f16 as [`quantize_act_q8_0`] stores it, widened to f32; `16 * sum(q)` as
-/// i32; the 32 quants. Same contract as [`quantize_act_q8_1_wide`].
+/// i32; the 32 quants. Contract: `src.len() % 32 == 0`, `dst.len() == src.len() / 32 * 40`.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn quantize_act_q8_0_wide(src: &[f32], dst: &mut [u8]) {
     for (x, b) in src.chunks_exact(32).zip(dst.chunks_exact_mut(40)) {

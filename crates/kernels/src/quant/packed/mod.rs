@@ -134,7 +134,8 @@ pub(crate) type QuantizeFn = fn(&[f32], &mut [u8]);
 /// quantizer (AVX2) writing them. Q4_1 and Q5_0 read their quantized blocks with the scale
 /// widened to f32 and a per-block term precomputed (`q4_1::ACT_BLOCK`, `q5_0::ACT_BLOCK`): the
 /// same quantized values, but the kernel broadcasts them straight from memory instead of
-/// converting them per block and row. The others read their `vec_dot_type` as is.
+/// converting them per block and row (Q4_1 also keeps its quants twice, for its rotated
+/// rows). The others read their `vec_dot_type` as is.
 pub(crate) fn activation_format(ty: GgmlType) -> Option<(usize, QuantizeFn)> {
     let vdt = ty.vec_dot_type()?;
     match ty {
@@ -148,11 +149,16 @@ pub(crate) fn activation_format(ty: GgmlType) -> Option<(usize, QuantizeFn)> {
 }
 
 /// Quantizes `src` straight into the packed Q4_1 kernels' activation blocks (`Q8_1`: f32 d,
-/// f32 s, 32 i8) or the Q5_0 ones' (f32 d, i32 16 * sum, 32 i8), 40 bytes each.
+/// f32 s, the 32 i8 twice: 72 bytes) or the Q5_0 ones' (f32 d, i32 16 * sum, 32 i8: 40 bytes).
 fn quantize_wide<const Q8_1: bool>(src: &[f32], dst: &mut [u8]) {
-    const { assert!(q4_1::ACT_BLOCK == 40 && q5_0::ACT_BLOCK == 40) };
+    const { assert!(q4_1::ACT_BLOCK == 72 && q5_0::ACT_BLOCK == 40) };
+    let block = if Q8_1 {
+        q4_1::ACT_BLOCK
+    } else {
+        q5_0::ACT_BLOCK
+    };
     assert!(
-        src.len().is_multiple_of(32) && dst.len() == src.len() / 32 * 40,
+        src.len().is_multiple_of(32) && dst.len() == src.len() / 32 * block,
         "activation row lengths"
     );
     // SAFETY: packed matrices exist only on AVX2+FMA+F16C CPUs (`PackedMatrix::pack_at`);
@@ -413,9 +419,9 @@ mod tests {
                 q5_0::quantize_activations_via_q8_0,
             ),
         ];
-        for (name, direct, reference) in pairs {
+        for ((name, direct, reference), block) in pairs.into_iter().zip([72, 40]) {
             for x in rows() {
-                let mut got = vec![0u8; x.len() / 32 * 40];
+                let mut got = vec![0u8; x.len() / 32 * block];
                 let mut want = vec![1u8; got.len()];
                 direct(&x, &mut got);
                 reference(&x, &mut want);
