@@ -213,9 +213,9 @@ impl Model {
         }
         let mut x = std::mem::take(&mut s.x);
         let mut out_rows = std::mem::take(&mut s.output_rows);
-        let pruned = out_rows.plan(batch);
-        let last = c.n_layers - 1;
-        let keep = |il: usize| (pruned && il == last).then_some(&out_rows);
+        // Only a last layer drops rows (and the LM head below then reads them compacted).
+        let pruned = c.n_layers > 0 && out_rows.plan(batch);
+        let keep = |il: usize| (pruned && il + 1 == c.n_layers).then_some(&out_rows);
         match &self.blocks {
             Blocks::Llama(blocks) => {
                 for (il, b) in blocks.iter().enumerate() {
