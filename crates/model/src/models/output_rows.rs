@@ -30,12 +30,10 @@ impl OutputRows {
         self.query_start_loc.push(0);
         let mut next = wanted.iter().copied().peekable();
         for w in batch.query_start_loc.windows(2) {
-            let (start, end) = (w[0], w[1]);
+            let end = w[1];
             let first = self.rows.len();
+            // Ascending indices are taken in order, so none here lies before `start`.
             while let Some(i) = next.next_if(|&i| i < end) {
-                if i < start {
-                    return false;
-                }
                 self.rows.push(i);
             }
             let kept = (self.rows.len() - first) as u32;
@@ -108,6 +106,37 @@ mod tests {
         // No logits at all (a middle prompt chunk): the last layer only writes K and V.
         assert!(o.plan(&batch(&[0, 7], &[])));
         assert_eq!((o.len(), o.query_start_loc()), (0, &[0u32, 0][..]));
+    }
+
+    /// The selections the batch builder makes for sampling (`Logits::Last`, `Logits::None`) are
+    /// the ones the plan prunes, next to a request wanting all its rows (prompt logprobs); a
+    /// step where every row wants logits runs the layer whole.
+    #[test]
+    fn prunes_what_the_batch_builder_selects() {
+        use crate::{Logits, SeqChunk};
+        let table = [0u32, 1];
+        let seq = |tokens: &'static [u32], logits| SeqChunk {
+            tokens,
+            start: 0,
+            block_table: &table,
+            logits,
+        };
+        let mut o = OutputRows::default();
+        let sampling = [
+            seq(&[1; 6], Logits::Last),
+            seq(&[2; 3], Logits::None),
+            seq(&[3; 1], Logits::Last),
+        ];
+        assert!(o.plan(&ForwardBatch::from_seqs(&sampling, 16)));
+        assert_eq!(
+            (o.rows.as_slice(), o.query_start_loc()),
+            (&[5u32, 9][..], &[0u32, 1, 1, 2][..])
+        );
+        let with_logprobs = [seq(&[1; 6], Logits::All), seq(&[2; 3], Logits::Last)];
+        assert!(o.plan(&ForwardBatch::from_seqs(&with_logprobs, 16)));
+        assert_eq!(o.rows, [0, 1, 2, 3, 4, 5, 8]);
+        let all = [seq(&[1; 6], Logits::All), seq(&[2; 3], Logits::All)];
+        assert!(!o.plan(&ForwardBatch::from_seqs(&all, 16)));
     }
 
     #[test]

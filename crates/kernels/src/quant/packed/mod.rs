@@ -105,7 +105,7 @@ pub(crate) struct PackedKernels {
     /// The multi-stream one-row kernel, for the types where it reads faster.
     pub gemv: Option<GemvFn>,
     /// Most rows per call worth taking: where 4 rows' state spills out of the 16 registers
-    /// (the K-quants), 3 rows per call do more work per cycle.
+    /// (the K-quants, and Q4_1 with its rotated rows), 3 rows per call do more work per cycle.
     pub max_mr: usize,
     /// The unpacked form for prompt-sized products, where its bit manipulation is worth
     /// hoisting out of the per-row loop.
@@ -419,7 +419,8 @@ mod tests {
                 q5_0::quantize_activations_via_q8_0,
             ),
         ];
-        for ((name, direct, reference), block) in pairs.into_iter().zip([72, 40]) {
+        let blocks = [q4_1::ACT_BLOCK, q5_0::ACT_BLOCK];
+        for ((name, direct, reference), block) in pairs.into_iter().zip(blocks) {
             for x in rows() {
                 let mut got = vec![0u8; x.len() / 32 * block];
                 let mut want = vec![1u8; got.len()];

@@ -13,8 +13,8 @@
 //! per call (their best).
 //!
 //! Per block and row: `acc = fma(d_x * d_y, isum, acc)` then `acc = fma(m_x, s_y, acc)`, in the
-//! kernel lanes and the reference alike (one accumulator per row keeps four rows' state in
-//! registers).
+//! kernel lanes and the reference alike (one accumulator per row; at 3 rows per call every
+//! row's integer and float state stays in registers).
 
 #![allow(clippy::needless_range_loop)]
 
