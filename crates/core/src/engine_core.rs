@@ -1,18 +1,22 @@
 //! `EngineCore`: one synchronous step = schedule -> execute -> update. It owns the scheduler and
 //! the executor and nothing else; no locks, no async, no I/O. A request with `n > 1` becomes n
-//! sequences with consecutive seeds; prefix caching lets them share the prompt's blocks.
+//! sequences with consecutive seeds; prefix caching lets them share the prompt's blocks. This
+//! is the only fan-out of `n`: a front end sees one request and aborts choices one by one.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use thiserror::Error;
 
+use crate::admission::{Admission, QueueSlots};
 use crate::config::{CacheConfig, SchedulerConfig};
 use crate::kv::{ExtraKeys, KvCacheManager};
 use crate::logprobs::PositionLogprobs;
 use crate::request::{FinishReason, Request, SeqId};
-use crate::sampling_params::{SamplingParams, SamplingParamsError};
+use crate::sampling_params::SamplingParams;
 use crate::sched::{Scheduler, SchedulerOutput};
+use crate::validation::{CheckedRequest, RequestLimits, ValidationError};
 
 /// The client's id for a request (all its sequences share it).
 pub type RequestId = u64;
@@ -58,34 +62,27 @@ pub struct EngineRequest {
     pub extra_keys: ExtraKeys,
 }
 
-/// A request the engine will not run.
+/// A request the engine will not run: invalid as sent, or not now.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum AddRequestError {
-    #[error("the prompt is empty")]
-    EmptyPrompt,
-    #[error(
-        "the prompt has {prompt} tokens and max_tokens is {max_tokens}: {total} exceeds the model's context of {max_model_len} tokens"
-    )]
-    TooLong {
-        prompt: usize,
-        max_tokens: usize,
-        total: usize,
-        max_model_len: usize,
-    },
-    #[error(
-        "prompt token {token} at position {position} is outside the vocabulary of {vocab_size}"
-    )]
-    BadToken {
-        token: u32,
-        position: usize,
-        vocab_size: usize,
-    },
     #[error(transparent)]
-    Params(#[from] SamplingParamsError),
+    Invalid(#[from] ValidationError),
     #[error("request id {0} is already in use")]
     DuplicateId(RequestId),
-    #[error("the waiting queue is full ({0} requests)")]
-    QueueFull(usize),
+    /// The queue cannot take this request now; it may later.
+    #[error(
+        "the waiting queue holds {waiting} of at most {limit} sequences and this request needs {requested}"
+    )]
+    QueueFull {
+        waiting: usize,
+        requested: usize,
+        limit: usize,
+    },
+    /// The request alone needs more queue slots than there are: it can never be admitted.
+    #[error(
+        "this request needs {requested} sequences (prompts x n) but at most {limit} may wait at once"
+    )]
+    NeverAdmissible { requested: usize, limit: usize },
 }
 
 /// Timing of an output, for latency metrics.
@@ -139,20 +136,21 @@ struct SeqInfo {
     index: u32,
     prompt_logprobs: Vec<PositionLogprobs>,
     wants_prompt_logprobs: bool,
+    /// Its waiting-queue slot, given back when it is first scheduled (or ends before that).
+    slot: Option<QueueSlots>,
 }
 
 /// Schedule -> execute -> update, one step at a time.
 pub struct EngineCore<E: ModelExecutor> {
     scheduler: Scheduler,
     executor: E,
-    vocab_size: usize,
+    limits: RequestLimits,
+    admission: Arc<Admission>,
     seqs: HashMap<SeqId, SeqInfo>,
     by_request: HashMap<RequestId, Vec<SeqId>>,
     next_seq: SeqId,
     seed_counter: u64,
     generation_tokens: u64,
-    /// Requests scheduled for the first time since the last `take_admitted`.
-    admitted: Vec<RequestId>,
     peak_kv: (usize, usize),
 }
 
@@ -175,16 +173,21 @@ impl<E: ModelExecutor> EngineCore<E> {
         let seed_counter = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
+        let limits = RequestLimits {
+            vocab_size,
+            max_model_len: scheduler_config.max_model_len,
+        };
+        let admission = Admission::new(scheduler_config.max_waiting_requests);
         Self {
             scheduler: Scheduler::new(scheduler_config, kv, eog_ids),
             executor,
-            vocab_size,
+            limits,
+            admission,
             seqs: HashMap::new(),
             by_request: HashMap::new(),
             next_seq: 0,
             seed_counter,
             generation_tokens: 0,
-            admitted: Vec::new(),
             peak_kv: (0, 0),
         }
     }
@@ -206,10 +209,36 @@ impl<E: ModelExecutor> EngineCore<E> {
         self.scheduler.has_unfinished()
     }
 
-    /// Checks a request and queues its sequences.
+    /// What this engine accepts; [`RequestLimits::check`] is the one validation of a request.
+    pub fn limits(&self) -> RequestLimits {
+        self.limits
+    }
+
+    /// The waiting-queue counter, shared with the handle that admits requests.
+    pub fn admission(&self) -> &Arc<Admission> {
+        &self.admission
+    }
+
+    /// Checks a request, takes its queue slots and queues its sequences.
     pub fn add_request(&mut self, req: EngineRequest) -> Result<(), AddRequestError> {
-        self.check(&req)?;
+        let req = self.limits.check(req)?;
+        let slots = self.admission.reserve(req.get().params.n.max(1) as usize)?;
+        self.add_checked(req, slots)
+    }
+
+    /// Queues a checked request's sequences, each holding one of `slots`.
+    pub fn add_checked(
+        &mut self,
+        req: CheckedRequest,
+        mut slots: QueueSlots,
+    ) -> Result<(), AddRequestError> {
+        debug_assert_eq!(self.limits.check(req.get().clone()).as_ref(), Ok(&req));
+        let req = req.into_inner();
+        if self.by_request.contains_key(&req.id) {
+            return Err(AddRequestError::DuplicateId(req.id));
+        }
         let n = req.params.n.max(1);
+        debug_assert_eq!(slots.len(), n as usize, "one queue slot per sequence");
         let mut ids = Vec::with_capacity(n as usize);
         let base_seed = req.params.seed.unwrap_or_else(|| {
             self.seed_counter = self.seed_counter.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -237,6 +266,7 @@ impl<E: ModelExecutor> EngineCore<E> {
                     index,
                     prompt_logprobs: Vec::new(),
                     wants_prompt_logprobs: req.params.prompt_logprobs.is_some(),
+                    slot: Some(slots.split(1)),
                 },
             );
             ids.push(seq);
@@ -245,48 +275,21 @@ impl<E: ModelExecutor> EngineCore<E> {
         Ok(())
     }
 
-    fn check(&self, req: &EngineRequest) -> Result<(), AddRequestError> {
-        if self.by_request.contains_key(&req.id) {
-            return Err(AddRequestError::DuplicateId(req.id));
-        }
-        if req.prompt_token_ids.is_empty() {
-            return Err(AddRequestError::EmptyPrompt);
-        }
-        req.params.validate()?;
-        req.params.validate_against_vocab(self.vocab_size)?;
-        if let Some((position, &token)) = req
-            .prompt_token_ids
-            .iter()
-            .enumerate()
-            .find(|(_, t)| **t as usize >= self.vocab_size)
-        {
-            return Err(AddRequestError::BadToken {
-                token,
-                position,
-                vocab_size: self.vocab_size,
-            });
-        }
-        let max_model_len = self.scheduler.config().max_model_len;
-        let prompt = req.prompt_token_ids.len();
-        let total = prompt + req.params.max_tokens as usize;
-        if prompt >= max_model_len || total > max_model_len {
-            return Err(AddRequestError::TooLong {
-                prompt,
-                max_tokens: req.params.max_tokens as usize,
-                total,
-                max_model_len,
-            });
-        }
-        let limit = self.scheduler.config().max_waiting_requests;
-        if self.scheduler.num_waiting() >= limit {
-            return Err(AddRequestError::QueueFull(limit));
-        }
-        Ok(())
-    }
-
     /// Ends every sequence of `id`; returns their final outputs (finish reason `Abort`).
     pub fn abort(&mut self, id: RequestId) -> Vec<EngineOutput> {
         self.finish_request(id, FinishReason::Abort)
+    }
+
+    /// Ends the sequence of choice `index` of `id` (a stop string ended that choice alone);
+    /// returns its final output, if it was still running.
+    pub fn abort_choice(&mut self, id: RequestId, index: u32) -> Option<EngineOutput> {
+        let seq = self
+            .by_request
+            .get(&id)?
+            .iter()
+            .copied()
+            .find(|s| self.seqs.get(s).is_some_and(|i| i.index == index))?;
+        self.finish_seq(seq, FinishReason::Abort)
     }
 
     fn finish_request(&mut self, id: RequestId, reason: FinishReason) -> Vec<EngineOutput> {
@@ -346,10 +349,8 @@ impl<E: ModelExecutor> EngineCore<E> {
             return Vec::new();
         }
         for s in plan.scheduled.iter().filter(|s| s.new.is_some()) {
-            if let Some(info) = self.seqs.get(&s.seq_id)
-                && info.index == 0
-            {
-                self.admitted.push(info.request_id);
+            if let Some(info) = self.seqs.get_mut(&s.seq_id) {
+                info.slot = None;
             }
         }
         let result = self.executor.execute(&plan);
@@ -426,11 +427,6 @@ impl<E: ModelExecutor> EngineCore<E> {
             outs.push(out);
         }
         outs
-    }
-
-    /// Requests whose first sequence was scheduled for the first time since the last call.
-    pub fn take_admitted(&mut self) -> Vec<RequestId> {
-        std::mem::take(&mut self.admitted)
     }
 
     pub fn stats(&self) -> EngineStats {

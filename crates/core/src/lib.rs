@@ -2,6 +2,7 @@
 //! parameters, KV block accounting with prefix caching, the scheduler, and `EngineCore`, which
 //! drives any `ModelExecutor` one step at a time. `engine` runs it on its own thread.
 
+pub mod admission;
 pub mod config;
 pub mod constraint;
 pub mod engine;
@@ -11,9 +12,11 @@ pub mod logprobs;
 pub mod request;
 pub mod sampling_params;
 pub mod sched;
+pub mod validation;
 
+pub use admission::{Admission, QueueSlots};
 pub use config::{CacheConfig, ConfigError, SchedulerConfig};
-pub use constraint::Constraint;
+pub use constraint::{ConstraintError, ConstraintRef, ConstraintState, TokenConstraint};
 pub use engine_core::{
     AddRequestError, EngineCore, EngineOutput, EngineRequest, EngineStats, ExecutorError,
     ExecutorOutput, ModelExecutor, OutputTiming, RequestId, SampledToken,
@@ -22,3 +25,4 @@ pub use logprobs::{PositionLogprobs, TokenLogprob};
 pub use request::{FinishReason, Request, RequestStatus, SeqId};
 pub use sampling_params::{SamplingParams, SamplingParamsError};
 pub use sched::{ScheduledSeq, SchedulerOutput};
+pub use validation::{CheckedRequest, RequestLimits, ValidationError};

@@ -1,11 +1,9 @@
 //! Per-request sampling parameters (OpenAI/llama.cpp vocabulary) and their validation.
 //! `validate` names the offending field and its bound, so the HTTP layer can return it verbatim.
 
-use std::sync::Arc;
-
 use thiserror::Error;
 
-use crate::constraint::Constraint;
+use crate::constraint::ConstraintRef;
 
 /// Largest number of top log-probabilities a request may ask for (OpenAI caps `top_logprobs` at 20).
 pub const MAX_LOGPROBS: u32 = 20;
@@ -56,7 +54,7 @@ pub struct SamplingParams {
     /// How many top alternatives to report for each prompt token; `None` for no prompt logprobs.
     pub prompt_logprobs: Option<u32>,
     /// Structured-output constraint the executor enforces with a token mask; `None` for free text.
-    pub constraint: Option<Arc<Constraint>>,
+    pub constraint: Option<ConstraintRef>,
 }
 
 impl Default for SamplingParams {
@@ -199,14 +197,14 @@ fn out_of_range(
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum SamplingParamsError {
     /// `field` was `value`, outside `bound`.
-    #[error("`{field}` must be in {bound}, got {value}")]
+    #[error("{}", self.describe(&|f| f))]
     OutOfRange {
         field: &'static str,
         bound: &'static str,
         value: String,
     },
     /// `field` names a token id the model's vocabulary does not have.
-    #[error("`{field}` token id {token_id} is outside the vocabulary of {vocab_size} tokens")]
+    #[error("{}", self.describe(&|f| f))]
     TokenOutsideVocab {
         field: &'static str,
         token_id: u32,
@@ -219,6 +217,25 @@ impl SamplingParamsError {
     pub fn field(&self) -> &'static str {
         match self {
             Self::OutOfRange { field, .. } | Self::TokenOutsideVocab { field, .. } => field,
+        }
+    }
+
+    /// The message with the field passed through `name` (an API's own spelling of it).
+    pub fn describe(&self, name: &dyn Fn(&'static str) -> &'static str) -> String {
+        match self {
+            Self::OutOfRange {
+                field,
+                bound,
+                value,
+            } => format!("`{}` must be in {bound}, got {value}", name(field)),
+            Self::TokenOutsideVocab {
+                field,
+                token_id,
+                vocab_size,
+            } => format!(
+                "`{}` token id {token_id} is outside the vocabulary of {vocab_size} tokens",
+                name(field)
+            ),
         }
     }
 }

@@ -76,7 +76,11 @@ fn a_full_queue_rejects_at_once() {
     for _ in 0..6 {
         match h.add_request(request(0, (0..10).collect(), 3000)) {
             Ok(s) => held.push(s),
-            Err(StreamError::Rejected(AddRequestError::QueueFull(2))) => rejected += 1,
+            Err(StreamError::Rejected(AddRequestError::QueueFull {
+                waiting: 2,
+                limit: 2,
+                ..
+            })) => rejected += 1,
             Err(e) => panic!("unexpected {e}"),
         }
     }

@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use pagoda_core::{AddRequestError, FinishReason, SchedulerConfig};
+use pagoda_core::{AddRequestError, FinishReason, SchedulerConfig, ValidationError};
 
 fn sched(max_batched: usize, threshold: usize) -> SchedulerConfig {
     SchedulerConfig {
@@ -268,20 +268,23 @@ fn bad_requests_are_rejected_with_reasons() {
     let mut core = engine(16, 4, sched(64, 0), false);
     assert_eq!(
         core.add_request(request(1, vec![], 4)),
-        Err(AddRequestError::EmptyPrompt)
+        Err(AddRequestError::Invalid(ValidationError::EmptyPrompt))
     );
     assert!(matches!(
         core.add_request(request(2, vec![VOCAB + 5], 4)),
-        Err(AddRequestError::BadToken { position: 0, .. })
+        Err(AddRequestError::Invalid(ValidationError::BadToken {
+            position: 0,
+            ..
+        }))
     ));
     assert!(matches!(
         core.add_request(request(3, vec![1; 1000], 100)),
-        Err(AddRequestError::TooLong {
+        Err(AddRequestError::Invalid(ValidationError::TooLong {
             prompt: 1000,
             max_tokens: 100,
             total: 1100,
             max_model_len: 1024
-        })
+        }))
     ));
     let mut limited = sched(64, 0);
     limited.max_waiting_requests = 1;
@@ -289,6 +292,10 @@ fn bad_requests_are_rejected_with_reasons() {
     core.add_request(request(1, vec![1, 2], 4)).unwrap();
     assert_eq!(
         core.add_request(request(2, vec![1, 2], 4)),
-        Err(AddRequestError::QueueFull(1))
+        Err(AddRequestError::QueueFull {
+            waiting: 1,
+            requested: 1,
+            limit: 1
+        })
     );
 }

@@ -8,10 +8,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pagoda_core::{Constraint, EngineCore, EngineRequest, SamplingParams};
+use pagoda_core::{EngineCore, EngineRequest, SamplingParams};
 use pagoda_frontend::Tokenizer;
 use pagoda_model::{EngineSetup, Model, ModelRunner, build_engine};
-use pagoda_structured::StructuredOutputs;
+use pagoda_structured::{Constraint, StructuredOutputs};
 
 const SCHEMA: &str = r#"{"type": "object", "properties": {
   "name": {"type": "string", "maxLength": 24},
@@ -65,13 +65,14 @@ fn main() {
         let tok = Arc::new(Tokenizer::from_gguf(&gguf).unwrap());
         let so = Arc::new(StructuredOutputs::new(tok.clone()));
         so.warm_up().unwrap();
-        let constraint = Arc::new(Constraint::JsonSchema(SCHEMA.into()));
-        so.compile(&constraint).unwrap();
+        let constraint = so
+            .compile(&Constraint::JsonSchema(SCHEMA.into()))
+            .unwrap()
+            .into_ref();
         let setup = EngineSetup {
             kv_cache_memory: Some(512 << 20),
             // Both runs prefill their prompts: the second must not hit the first's cache.
             enable_prefix_caching: false,
-            structured: Some(so),
             ..EngineSetup::default()
         };
         let prompt = |i: usize| {

@@ -2,16 +2,13 @@
 //! (reported at start-up: bytes per token, blocks, the longest context that fits), the context
 //! length is capped to what fits, and the runner is wrapped in an `EngineCore`.
 
-use std::sync::Arc;
-
 use pagoda_core::config::{check_kv_budget, default_kv_budget};
 use pagoda_core::{CacheConfig, EngineCore, SchedulerConfig};
-use pagoda_structured::StructuredOutputs;
 
 use crate::{CpuExecutor, KvCacheDtype, Model, ModelError, ModelRunner};
 
 /// What a user may choose about the engine; `None` means the default.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EngineSetup {
     pub scheduler: SchedulerConfig,
     /// Bytes for all layers' K and V; default: a quarter of available memory, at most 4 GiB.
@@ -23,29 +20,7 @@ pub struct EngineSetup {
     /// Element type of the KV cache: f32 by default; f16 halves the bytes attention reads and the
     /// memory a token holds.
     pub kv_cache_dtype: KvCacheDtype,
-    /// Structured-output support for this model's tokenizer; without it, a request with a
-    /// constraint finishes with an error.
-    pub structured: Option<Arc<StructuredOutputs>>,
 }
-
-impl PartialEq for EngineSetup {
-    /// Field by field; two setups share structured outputs only if they hold the same one.
-    fn eq(&self, other: &Self) -> bool {
-        self.scheduler == other.scheduler
-            && self.kv_cache_memory == other.kv_cache_memory
-            && self.block_size == other.block_size
-            && self.enable_prefix_caching == other.enable_prefix_caching
-            && self.max_model_len == other.max_model_len
-            && self.kv_cache_dtype == other.kv_cache_dtype
-            && match (&self.structured, &other.structured) {
-                (None, None) => true,
-                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-                _ => false,
-            }
-    }
-}
-
-impl Eq for EngineSetup {}
 
 impl Default for EngineSetup {
     fn default() -> Self {
@@ -56,7 +31,6 @@ impl Default for EngineSetup {
             enable_prefix_caching: true,
             max_model_len: None,
             kv_cache_dtype: KvCacheDtype::default(),
-            structured: None,
         }
     }
 }
@@ -124,7 +98,7 @@ pub fn build_engine(
     let eog_ids = config.eog_token_ids.clone();
     let vocab = config.vocab_size;
     let exec = CpuExecutor::new(model, cache.num_blocks, cache.block_size)?;
-    let runner = ModelRunner::new(exec).with_structured_outputs(setup.structured.clone());
+    let runner = ModelRunner::new(exec);
     let core = EngineCore::new(runner, scheduler, &cache, eog_ids, vocab);
     tracing::info!(
         "KV cache ({:?}): {} bytes per token, {} blocks of {} tokens ({:.1} MiB), {} tokens in all; max_model_len {}",

@@ -2,15 +2,14 @@
 //! table and sampler across steps (the scheduler sends only diffs), turns a `SchedulerOutput`
 //! into one flat `ForwardBatch`, runs it, and samples where a sequence reached its last known
 //! token, so logits never leave the executor. A sequence with a structured-output constraint
-//! gets a grammar matcher in its sampler when it is first scheduled.
+//! (compiled once at the edge) starts its grammar state in its sampler when first scheduled.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-
-use pagoda_structured::{StructuredError, StructuredOutputs};
+use std::sync::Mutex;
 
 use pagoda_core::{
-    ExecutorError, ExecutorOutput, ModelExecutor, SampledToken, SchedulerOutput, SeqId,
+    ConstraintError, ExecutorError, ExecutorOutput, ModelExecutor, SampledToken, SchedulerOutput,
+    SeqId,
 };
 
 use crate::batch::{Logits, SeqChunk};
@@ -47,7 +46,6 @@ pub struct ModelRunner {
     exec: CpuExecutor,
     seqs: HashMap<SeqId, SeqState>,
     eog_ids: Vec<u32>,
-    structured: Option<Arc<StructuredOutputs>>,
 }
 
 impl ModelRunner {
@@ -57,14 +55,7 @@ impl ModelRunner {
             exec,
             seqs: HashMap::new(),
             eog_ids,
-            structured: None,
         }
-    }
-
-    /// Enables constrained decoding for requests that carry a constraint.
-    pub fn with_structured_outputs(mut self, structured: Option<Arc<StructuredOutputs>>) -> Self {
-        self.structured = structured;
-        self
     }
 
     pub fn executor(&self) -> &CpuExecutor {
@@ -88,19 +79,8 @@ impl ModelRunner {
                 let constraint = params.constraint.clone();
                 let mut sampler =
                     Sampler::with_context(params, new.seed, &new.prompt_token_ids, &self.eog_ids);
-                // The server compiled the constraint before submitting, so this is a cache hit.
-                let mut failed = None;
-                match (constraint, &self.structured) {
-                    (None, _) => {}
-                    (Some(c), Some(so)) => match so.compile(&c) {
-                        Ok(compiled) => sampler = sampler.with_constraint(compiled.matcher()),
-                        Err(e) => failed = Some(e.to_string()),
-                    },
-                    (Some(c), None) => {
-                        failed = Some(format!(
-                            "this engine has no structured-output support for the {c} constraint"
-                        ))
-                    }
+                if let Some(c) = constraint {
+                    sampler = sampler.with_constraint(c.start());
                 }
                 self.seqs.insert(
                     s.seq_id,
@@ -110,7 +90,7 @@ impl ModelRunner {
                         block_table: s.block_ids.clone(),
                         sampler,
                         prompt_logprobs,
-                        failed,
+                        failed: None,
                     },
                 );
                 continue;
@@ -234,7 +214,7 @@ impl ModelExecutor for ModelRunner {
 struct SampleJob<'a> {
     sampler: &'a mut Sampler,
     row: &'a [f32],
-    result: Option<Result<Sampled, StructuredError>>,
+    result: Option<Result<Sampled, ConstraintError>>,
 }
 
 /// Samples every plan that samples, one result per plan (`None` where it does not). Each
@@ -246,7 +226,7 @@ fn sample_rows(
     plans: &[RowPlan],
     logits: &[f32],
     vocab: usize,
-) -> Vec<Option<Result<Sampled, StructuredError>>> {
+) -> Vec<Option<Result<Sampled, ConstraintError>>> {
     // Plan index of each sampling sequence, to hand out one `&mut Sampler` per sequence.
     let slot: HashMap<SeqId, usize> = plans
         .iter()

@@ -13,9 +13,7 @@ mod select;
 pub use logprobs::{position_logprobs, prompt_logprobs};
 pub use pagoda_core::{PositionLogprobs, TokenLogprob};
 
-pub use pagoda_structured::{ConstraintMatcher, StructuredError};
-
-use pagoda_core::SamplingParams;
+use pagoda_core::{ConstraintError, ConstraintState, SamplingParams};
 use pagoda_kernels::ops::{find_greater, max_ignoring_nan};
 use penalties::Penalties;
 use rand::SeedableRng;
@@ -60,7 +58,7 @@ pub struct Sampler {
     min_tokens_banned: Vec<u32>,
     num_generated: u32,
     /// The structured-output grammar state, when the request has a constraint.
-    constraint: Option<ConstraintMatcher>,
+    constraint: Option<Box<dyn ConstraintState>>,
 }
 
 impl Sampler {
@@ -101,16 +99,16 @@ impl Sampler {
         }
     }
 
-    /// This sampler with every choice restricted to what `matcher` allows. When the grammar
-    /// is finished the sampler emits the matcher's EOS, whatever the logits say.
-    pub fn with_constraint(mut self, matcher: ConstraintMatcher) -> Self {
-        self.constraint = Some(matcher);
+    /// This sampler with every choice restricted to what `state` allows. When the grammar is
+    /// finished the sampler emits the state's EOS, whatever the logits say.
+    pub fn with_constraint(mut self, state: Box<dyn ConstraintState>) -> Self {
+        self.constraint = Some(state);
         self
     }
 
     /// The grammar state, when the request has a constraint.
-    pub fn constraint(&self) -> Option<&ConstraintMatcher> {
-        self.constraint.as_ref()
+    pub fn constraint(&self) -> Option<&dyn ConstraintState> {
+        self.constraint.as_deref()
     }
 
     pub fn params(&self) -> &SamplingParams {
@@ -124,7 +122,7 @@ impl Sampler {
 
     /// Picks the next token from `logits` (one row of the vocabulary) and records it. Fails
     /// only when the constraint's matcher fails (a grammar limit hit, or an internal error).
-    pub fn sample(&mut self, logits: &[f32]) -> Result<Sampled, StructuredError> {
+    pub fn sample(&mut self, logits: &[f32]) -> Result<Sampled, ConstraintError> {
         if let Some(m) = &mut self.constraint
             && m.is_finished()
         {

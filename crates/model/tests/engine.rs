@@ -47,7 +47,6 @@ fn setup(
         block_size: 16,
         enable_prefix_caching: caching,
         max_model_len: Some(2048),
-        structured: None,
         ..EngineSetup::default()
     }
 }

@@ -5,7 +5,7 @@
 
 mod common;
 
-use pagoda_core::{AddRequestError, EngineRequest, FinishReason, SamplingParams};
+use pagoda_core::{AddRequestError, EngineRequest, FinishReason, SamplingParams, ValidationError};
 use pagoda_model::{CpuExecutor, build_engine, sampler};
 use pagoda_testkit::tiny_model::TinyModel;
 
@@ -135,16 +135,19 @@ fn bad_requests_are_refused() {
     };
     assert_eq!(
         core.add_request(req(vec![], 4)),
-        Err(AddRequestError::EmptyPrompt)
+        Err(AddRequestError::Invalid(ValidationError::EmptyPrompt))
     );
     assert!(matches!(
         core.add_request(req(vec![1, 100_000], 4)),
-        Err(AddRequestError::BadToken { position: 1, .. })
+        Err(AddRequestError::Invalid(ValidationError::BadToken {
+            position: 1,
+            ..
+        }))
     ));
     let long = common::prompt(report.max_model_len, 4, 256, 1);
     assert!(matches!(
         core.add_request(req(long, 4)),
-        Err(AddRequestError::TooLong { .. })
+        Err(AddRequestError::Invalid(ValidationError::TooLong { .. }))
     ));
     assert!(!core.has_work());
 }

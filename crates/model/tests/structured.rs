@@ -2,8 +2,8 @@
 //! greedy and sampled: every output of a suite of JSON schemas parses and validates (checked
 //! by an independent validator), regexes and choices always match, constrained and free
 //! requests share batches, `max_tokens` still ends with `length`, `n > 1` gives each sequence
-//! its own grammar state, preemption keeps it, and an engine without structured-output
-//! support fails such a request alone.
+//! its own grammar state, preemption keeps it, and a constraint that fails at run time fails
+//! its request alone.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -11,10 +11,13 @@ mod common;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use pagoda_core::{Constraint, EngineCore, EngineRequest, FinishReason, SamplingParams};
+use pagoda_core::{
+    ConstraintError, ConstraintRef, ConstraintState, EngineCore, EngineRequest, FinishReason,
+    SamplingParams, TokenConstraint,
+};
 use pagoda_frontend::Tokenizer;
 use pagoda_model::{EngineSetup, ModelRunner, build_engine};
-use pagoda_structured::StructuredOutputs;
+use pagoda_structured::{Constraint, StructuredOutputs};
 use serde_json::{Value, json};
 
 /// What one sequence produced.
@@ -43,9 +46,18 @@ impl Fixture {
     }
 
     fn setup(&self) -> EngineSetup {
-        EngineSetup {
-            structured: Some(self.structured.clone()),
-            ..common::small_setup()
+        common::small_setup()
+    }
+
+    /// Parameters constrained by `c`, compiled once against this model's tokenizer.
+    fn params(&self, c: Constraint, sampled: bool, max_tokens: u32, seed: u64) -> SamplingParams {
+        let compiled = self.structured.compile(&c).unwrap();
+        SamplingParams {
+            temperature: if sampled { 0.9 } else { 0.0 },
+            seed: Some(seed),
+            max_tokens,
+            constraint: Some(compiled.into_ref()),
+            ..Default::default()
         }
     }
 
@@ -98,16 +110,6 @@ fn run(core: &mut EngineCore<ModelRunner>, reqs: &[(Vec<u32>, SamplingParams)]) 
                 .collect()
         })
         .collect()
-}
-
-fn params(c: Constraint, sampled: bool, max_tokens: u32, seed: u64) -> SamplingParams {
-    SamplingParams {
-        temperature: if sampled { 0.9 } else { 0.0 },
-        seed: Some(seed),
-        max_tokens,
-        constraint: Some(Arc::new(c)),
-        ..Default::default()
-    }
 }
 
 /// The schema suite: (question, schema). Strings and arrays are bounded so that every valid
@@ -277,7 +279,7 @@ fn schema_suite(file: &'static str) {
     for sampled in [false, true] {
         for (i, (q, schema)) in suite.iter().enumerate() {
             let c = Constraint::JsonSchema(schema.to_string());
-            reqs.push((fx.prompt(q), params(c, sampled, 200, 1000 + i as u64)));
+            reqs.push((fx.prompt(q), fx.params(c, sampled, 200, 1000 + i as u64)));
         }
     }
     let outs = run(&mut fx.engine(&fx.setup()), &reqs);
@@ -350,15 +352,18 @@ fn regex_choice_and_free_share_a_batch(file: &'static str) {
         for (i, (q, rx)) in regexes.iter().enumerate() {
             reqs.push((
                 fx.prompt(q),
-                params(Constraint::Regex(rx.to_string()), sampled, 48, i as u64),
+                fx.params(Constraint::Regex(rx.to_string()), sampled, 48, i as u64),
             ));
         }
         for (i, (q, ch)) in choices.iter().enumerate() {
             let c = Constraint::Choice(ch.iter().map(|s| s.to_string()).collect());
-            reqs.push((fx.prompt(q), params(c, sampled, 16, 50 + i as u64)));
+            reqs.push((fx.prompt(q), fx.params(c, sampled, 16, 50 + i as u64)));
         }
         let g = Constraint::Grammar(grammar.to_string());
-        reqs.push((fx.prompt("Write an SQL query."), params(g, sampled, 32, 99)));
+        reqs.push((
+            fx.prompt("Write an SQL query."),
+            fx.params(g, sampled, 32, 99),
+        ));
     }
     let outs = run(&mut fx.engine(&fx.setup()), &reqs);
     let alone = run(&mut fx.engine(&fx.setup()), &[(free_prompt, free)]);
@@ -466,7 +471,7 @@ fn max_tokens_truncation_says_length_and_n_sequences_match_independently() {
     let fx = Fixture::new(common::SMOLLM2);
     let long = json!({"type": "object", "properties": {"story": {"type": "string",
         "minLength": 200}}, "required": ["story"]});
-    let cut = params(Constraint::JsonSchema(long.to_string()), false, 10, 0);
+    let cut = fx.params(Constraint::JsonSchema(long.to_string()), false, 10, 0);
     let choice = Constraint::Choice(vec![
         "alpha".into(),
         "beta".into(),
@@ -476,7 +481,7 @@ fn max_tokens_truncation_says_length_and_n_sequences_match_independently() {
     let n = SamplingParams {
         n: 6,
         temperature: 1.5,
-        ..params(choice, true, 8, 5)
+        ..fx.params(choice, true, 8, 5)
     };
     let outs = run(
         &mut fx.engine(&fx.setup()),
@@ -506,7 +511,7 @@ fn constrained_requests_survive_preemption() {
         .map(|i| {
             (
                 fx.prompt(schema.0),
-                params(Constraint::JsonSchema(schema.1.to_string()), true, 64, i),
+                fx.params(Constraint::JsonSchema(schema.1.to_string()), true, 64, i),
             )
         })
         .collect();
@@ -532,11 +537,53 @@ fn constrained_requests_survive_preemption() {
     }
 }
 
+/// A constraint whose grammar state fails on its first mask, as a grammar limit hit while
+/// matching would.
+struct FailsAtRunTime;
+
+impl TokenConstraint for FailsAtRunTime {
+    fn kind(&self) -> &'static str {
+        "test"
+    }
+
+    fn start(&self) -> Box<dyn ConstraintState> {
+        Box::new(FailingState)
+    }
+}
+
+#[derive(Clone)]
+struct FailingState;
+
+impl ConstraintState for FailingState {
+    fn is_finished(&self) -> bool {
+        false
+    }
+
+    fn eos_token(&self) -> u32 {
+        0
+    }
+
+    fn apply_mask(&mut self, _: &mut [f32]) -> Result<(), ConstraintError> {
+        Err(ConstraintError("structured-output matcher failed".into()))
+    }
+
+    fn consume(&mut self, _: u32) -> Result<(), ConstraintError> {
+        Ok(())
+    }
+
+    fn clone_state(&self) -> Box<dyn ConstraintState> {
+        Box::new(self.clone())
+    }
+}
+
 #[test]
-fn without_structured_outputs_only_the_constrained_request_fails() {
+fn a_constraint_failing_at_run_time_fails_only_its_request() {
     let fx = Fixture::new(common::SMOLLM2);
     let free = SamplingParams::greedy(6);
-    let constrained = params(Constraint::JsonObject, false, 16, 0);
+    let constrained = SamplingParams {
+        constraint: Some(ConstraintRef::new(Arc::new(FailsAtRunTime))),
+        ..SamplingParams::greedy(16)
+    };
     let setup = common::small_setup();
     let outs = run(
         &mut fx.engine(&setup),
@@ -555,11 +602,13 @@ fn without_structured_outputs_only_the_constrained_request_fails() {
         assert!(!outs[i][0].tokens.is_empty());
         assert!(!matches!(outs[i][0].finish, Some(FinishReason::Error(_))));
     }
-    // An invalid constraint that skipped the server's check fails the same way, with its reason.
-    let bad = params(Constraint::Regex("(unclosed".into()), false, 8, 0);
-    let outs = run(&mut fx.engine(&fx.setup()), &[(fx.prompt("Hi"), bad)]);
-    match &outs[0][0].finish {
-        Some(FinishReason::Error(e)) => assert!(e.starts_with("invalid regex"), "{e}"),
-        other => panic!("expected an error, got {other:?}"),
+    // An invalid constraint never reaches the engine: compiling it is the only way in, and
+    // that fails with its reason.
+    let bad = fx
+        .structured
+        .compile(&Constraint::Regex("(unclosed".into()));
+    match bad {
+        Err(e) => assert!(e.to_string().starts_with("invalid regex"), "{e}"),
+        Ok(_) => panic!("an unclosed group compiled"),
     }
 }

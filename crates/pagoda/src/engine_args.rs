@@ -91,7 +91,6 @@ impl EngineArgs {
             enable_prefix_caching: !self.no_prefix_caching,
             max_model_len: self.max_model_len,
             kv_cache_dtype: self.kv_cache_dtype.parse().context("--kv-cache-dtype")?,
-            ..EngineSetup::default()
         })
     }
 }

@@ -4,16 +4,15 @@
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
-use pagoda_core::engine::{EngineHandle, HandleOptions, RequestStream};
-use pagoda_core::{EngineRequest, PositionLogprobs, SamplingParams};
-use pagoda_frontend::{ChatMessage, ChatTemplate, TextStream, TextStreamOptions, Tokenizer};
-use pagoda_gguf::GgufFile;
-use pagoda_model::Model;
+use pagoda_core::{PositionLogprobs, SamplingParams};
+use pagoda_frontend::ChatMessage;
+use pagoda_protocol::FinishReason;
+use pagoda_server::validation_error::FieldNames;
+use pagoda_server::{Generation, LoadOptions, TextOptions, Unchecked, ValidRequest, load_engine};
 
 use crate::engine_args::EngineArgs;
 use crate::model_path;
@@ -79,18 +78,29 @@ enum Format {
     Json,
 }
 
-/// One prompt's finished generation.
+/// One prompt's generation as it comes.
+#[derive(Default)]
 struct Generated {
+    text: String,
     token_ids: Vec<u32>,
     logprobs: Vec<PositionLogprobs>,
     /// OpenAI spelling: "stop" (end-of-generation token or stop string) or "length".
-    finish: &'static str,
-    prompt_tokens: usize,
+    finish: Option<&'static str>,
     cached_tokens: usize,
     /// Arrival to first token, and first token to last.
     ttft: Duration,
-    decode: Duration,
+    first_at: Option<Instant>,
+    last_at: Option<Instant>,
+    /// Text not printed yet (text format prints the prompts in order).
+    unprinted: String,
 }
+
+/// The engine fields under their flag names, for error messages.
+const FLAGS: FieldNames = FieldNames {
+    prompt: "--prompt",
+    max_tokens: "--max-tokens",
+    logprobs: "--top-logprobs",
+};
 
 pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     let setup = args.engine.resolve()?;
@@ -105,43 +115,32 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
         logprobs: args.top_logprobs,
         ..SamplingParams::default()
     };
+    // Caught again with the prompts below; here so a bad flag costs no model load.
     params.validate().context("invalid sampling arguments")?;
-
-    let path = model_path::resolve(args.model.clone())?;
-    let file = Arc::new(
-        GgufFile::open(&path).with_context(|| format!("cannot load model {}", path.display()))?,
-    );
-    let tokenizer = Arc::new(Tokenizer::from_gguf(&file).context("cannot build the tokenizer")?);
-    let text_options = TextStreamOptions {
-        stop: args.stop.clone(),
-        ..TextStreamOptions::default()
-    };
-    // Checks the stop strings before any work is done.
-    TextStream::new(tokenizer.clone(), &[], text_options.clone()).context("--stop")?;
-    let template = if args.chat || args.chat_template.is_some() {
-        let text = match &args.chat_template {
-            Some(p) => Some(
-                std::fs::read_to_string(p)
-                    .with_context(|| format!("cannot read chat template {}", p.display()))?,
-            ),
-            None => None,
-        };
-        Some(
-            ChatTemplate::from_gguf(&file, text.as_deref())
-                .context("cannot load the chat template")?,
-        )
-    } else {
-        None
-    };
-    let model = Model::load(file.clone())
-        .with_context(|| format!("cannot load model {}", path.display()))?;
-    let context_length = model.config().context_length;
-
     let prompts = read_prompts(&args)?;
+    let path = model_path::resolve(args.model.clone())?;
+    let template_text = match &args.chat_template {
+        Some(p) => Some(
+            std::fs::read_to_string(p)
+                .with_context(|| format!("cannot read chat template {}", p.display()))?,
+        ),
+        None => None,
+    };
+    let m = load_engine(
+        &path,
+        &LoadOptions {
+            setup: &setup,
+            chat_template: template_text.as_deref(),
+            // Every output of every prompt may wait while earlier prompts are printed.
+            output_buffer: args.max_tokens as usize + 16,
+        },
+    )
+    .with_context(|| format!("cannot load model {}", path.display()))?;
+    let chat = args.chat || args.chat_template.is_some();
     let mut encoded = Vec::with_capacity(prompts.len());
     for text in &prompts {
-        let text = match &template {
-            Some(t) => t
+        let text = if chat {
+            m.template
                 .render(
                     &[ChatMessage {
                         role: "user".into(),
@@ -149,88 +148,59 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
                     }],
                     true,
                 )
-                .context("cannot apply the chat template")?,
-            None => text.clone(),
+                .context("cannot apply the chat template")?
+        } else {
+            text.clone()
         };
-        let ids = tokenizer.encode(&text, true, true);
-        if ids.is_empty() {
-            bail!("a prompt encodes to no tokens: give a non-empty prompt");
-        }
-        if ids.len() + args.max_tokens as usize > context_length {
-            bail!(
-                "a prompt of {} tokens plus --max-tokens {} exceeds the model's context of {} tokens",
-                ids.len(),
-                args.max_tokens,
-                context_length
-            );
-        }
-        encoded.push(ids);
+        encoded.push(m.tokenizer.encode(&text, true, true));
     }
-
-    let (core, _report) =
-        pagoda_model::build_engine(model, &setup).context("cannot set up the engine")?;
-    let engine = EngineHandle::start(
-        core,
-        HandleOptions {
-            // Every output of every prompt may wait while earlier prompts are printed.
-            output_buffer: args.max_tokens as usize + 16,
+    let request = ValidRequest::new(
+        m.engine.limits(),
+        Unchecked {
+            prompts: encoded,
+            max_tokens: Some(args.max_tokens),
+            params,
+            priority: 0,
+            cache_salt: None,
+            text: TextOptions {
+                stop: args.stop.clone(),
+                skip_special_tokens: true,
+                include_stop_str_in_output: false,
+            },
+            stream: false,
+            include_usage: false,
         },
-    )
-    .context("cannot start the engine thread")?;
-
+        FLAGS,
+    )?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
     let t0 = Instant::now();
-    let mut streams = Vec::with_capacity(encoded.len());
-    for ids in &encoded {
-        let stream = engine
-            .add_request(EngineRequest {
-                id: 0,
-                prompt_token_ids: ids.clone(),
-                params: params.clone(),
-                priority: 0,
-                extra_keys: Default::default(),
-            })
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        streams.push(stream);
-    }
+    let results = runtime.block_on(drive(&m, &request, args.format == Format::Text))?;
     let stdout = std::io::stdout();
+    let single = results.len() == 1;
     let mut total_generated = 0;
     let mut total_prompt = 0;
-    let single = encoded.len() == 1;
-    for ((text, ids), stream) in prompts.iter().zip(&encoded).zip(&mut streams) {
-        let mut text_stream = TextStream::new(tokenizer.clone(), ids, text_options.clone())?;
-        let print = args.format == Format::Text;
-        let mut out = stdout.lock();
-        let mut emit = |piece: &str| {
-            if print && !piece.is_empty() {
-                // A closed stdout (e.g. `| head`) must not abort generation mid-way.
-                let _ = out.write_all(piece.as_bytes());
-                let _ = out.flush();
-            }
-        };
-        let mut result = collect(stream, |tok| {
-            let delta = text_stream.push(tok);
-            emit(&delta.text);
-            delta.stopped.is_some()
-        })?;
-        emit(&text_stream.finish().text);
-        if text_stream.stop_match().is_some() {
-            result.finish = "stop";
-        }
-        drop(out);
+    for (p, (text, result)) in prompts.iter().zip(&results).enumerate() {
+        let ids = request.prompt(p);
+        let prompt_tokens = ids.len();
+        let finish = result.finish.unwrap_or("length");
         match args.format {
             Format::Text => {
-                writeln!(stdout.lock())?;
                 if single {
-                    let pp = result.prompt_tokens as f64 / result.ttft.as_secs_f64();
+                    let pp = prompt_tokens as f64 / result.ttft.as_secs_f64();
                     // The first token comes out of the prompt step, so decode speed is
                     // measured over the remaining ones.
                     let decoded = result.token_ids.len().saturating_sub(1);
-                    let tg = decoded as f64 / result.decode.as_secs_f64();
+                    let decode = match (result.first_at, result.last_at) {
+                        (Some(a), Some(b)) => b - a,
+                        _ => Duration::ZERO,
+                    };
+                    let tg = decoded as f64 / decode.as_secs_f64();
                     eprintln!(
-                        "\n[prompt: {} tokens, {pp:.1} tok/s | generation: {} tokens, {tg:.1} tok/s | finish: {}]",
-                        result.prompt_tokens,
+                        "\n[prompt: {prompt_tokens} tokens, {pp:.1} tok/s | generation: {} tokens, {tg:.1} tok/s | finish: {finish}]",
                         result.token_ids.len(),
-                        result.finish
                     );
                 }
             }
@@ -239,8 +209,8 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
                     "prompt": text,
                     "prompt_token_ids": ids,
                     "token_ids": result.token_ids,
-                    "text": text_stream.text(),
-                    "finish_reason": result.finish,
+                    "text": result.text,
+                    "finish_reason": finish,
                     "cached_tokens": result.cached_tokens,
                     "ttft_ms": result.ttft.as_secs_f64() * 1e3,
                 });
@@ -260,67 +230,77 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
             }
         }
         total_generated += result.token_ids.len();
-        total_prompt += result.prompt_tokens;
+        total_prompt += prompt_tokens;
     }
     let wall = t0.elapsed().as_secs_f64();
     if !single {
         eprintln!(
             "[{} prompts as one batch: {total_prompt} prompt + {total_generated} generated tokens in {wall:.2} s | {:.1} generated tok/s, {:.1} total tok/s]",
-            encoded.len(),
+            results.len(),
             total_generated as f64 / wall,
             (total_prompt + total_generated) as f64 / wall,
         );
     }
-    engine.shutdown();
+    m.engine.shutdown();
     Ok(())
 }
 
-/// Reads one request's stream to its end, calling `on_token` for each new token; `on_token`
-/// returning true (a stop string matched) aborts the request in the engine.
-fn collect(
-    stream: &mut RequestStream,
-    mut on_token: impl FnMut(u32) -> bool,
-) -> anyhow::Result<Generated> {
-    let mut g = Generated {
-        token_ids: Vec::new(),
-        logprobs: Vec::new(),
-        finish: "length",
-        prompt_tokens: 0,
-        cached_tokens: 0,
-        ttft: Duration::ZERO,
-        decode: Duration::ZERO,
+/// Runs every prompt as one batch. With `print`, text is streamed to stdout prompt after
+/// prompt: the first unfinished one live, the others' text held until their turn.
+async fn drive(
+    m: &pagoda_server::LoadedModel,
+    request: &ValidRequest,
+    print: bool,
+) -> anyhow::Result<Vec<Generated>> {
+    let mut generation = Generation::start(&m.engine, &m.tokenizer, request, None)?;
+    let mut results: Vec<Generated> = (0..generation.num_choices())
+        .map(|_| Generated::default())
+        .collect();
+    let stdout = std::io::stdout();
+    let mut printing = 0;
+    let emit = |piece: &str| {
+        if print && !piece.is_empty() {
+            let mut out = stdout.lock();
+            // A closed stdout (e.g. `| head`) must not abort generation mid-way.
+            let _ = out.write_all(piece.as_bytes());
+            let _ = out.flush();
+        }
     };
-    let mut first_at = None;
-    while let Some(item) = stream.blocking_recv() {
-        let out = item.map_err(|e| anyhow::anyhow!("{e}"))?;
-        let mut stopped = false;
-        for &t in &out.new_token_ids {
-            if on_token(t) {
-                stopped = true;
+    while let Some(update) = generation.next().await {
+        let u = update?;
+        let now = Instant::now();
+        let r = &mut results[u.index as usize];
+        r.text.push_str(&u.text);
+        r.unprinted.push_str(&u.text);
+        r.token_ids.extend(&u.token_ids);
+        r.logprobs.extend(u.logprobs);
+        r.cached_tokens = u.cached_tokens;
+        if let Some(t) = u.first_token_after {
+            r.ttft = t;
+            r.first_at = Some(now);
+        }
+        if !u.token_ids.is_empty() {
+            r.last_at = Some(now);
+        }
+        if let Some(f) = u.finish {
+            r.finish = Some(match f.reason {
+                FinishReason::Length => "length",
+                _ => "stop",
+            });
+        }
+        // Print what is due: the current prompt's text, then every finished one after it.
+        while let Some(r) = results.get_mut(printing) {
+            emit(&std::mem::take(&mut r.unprinted));
+            if r.finish.is_none() {
                 break;
             }
-        }
-        if !out.new_token_ids.is_empty() && first_at.is_none() {
-            first_at = Some(out.timing.at);
-            g.ttft = out.timing.at - out.timing.arrival;
-        }
-        if let Some(f) = first_at {
-            g.decode = out.timing.at - f;
-        }
-        g.token_ids.extend(&out.new_token_ids);
-        g.logprobs.extend(out.logprobs);
-        g.prompt_tokens = out.num_prompt_tokens.max(g.prompt_tokens);
-        g.cached_tokens = out.num_cached_tokens;
-        if let Some(f) = out.finish_reason {
-            g.finish = f.as_openai();
-            break;
-        }
-        if stopped {
-            stream.abort();
-            break;
+            if print {
+                emit("\n");
+            }
+            printing += 1;
         }
     }
-    Ok(g)
+    Ok(results)
 }
 
 /// The prompts to run: `--prompt`, or every line of `--prompts-file`.

@@ -30,16 +30,18 @@ enum Command {
 }
 
 fn main() {
+    // `generate` prints its own results; the server's start-up facts (KV sizing, the address
+    // served) show by default, the rest only on warnings.
+    let generating = std::env::args().nth(1).as_deref() == Some("generate");
+    let default_filter = if generating {
+        "warn"
+    } else {
+        "warn,pagoda_model::engine_setup=info,pagoda_server=info,pagoda=info"
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("PAGODA_LOG")
-                // Start-up facts (KV sizing, the address served) show by default; the rest only
-                // on warnings.
-                .unwrap_or_else(|_| {
-                    tracing_subscriber::EnvFilter::new(
-                        "warn,pagoda_model::engine_setup=info,pagoda_server=info,pagoda=info",
-                    )
-                }),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter)),
         )
         .with_writer(std::io::stderr)
         .init();

@@ -2,19 +2,18 @@
 //! before anything is submitted, so a bad schema, regex or grammar is a 400 that names the field
 //! and the problem and costs no compute.
 
-use std::sync::Arc;
-
-use pagoda_core::Constraint;
+use pagoda_core::ConstraintRef;
+use pagoda_structured::Constraint;
 use serde_json::Value;
 
-use crate::error::ApiError;
 use crate::state::Loaded;
+use crate::validation_error::ValidationError;
 
 /// The constraint asked for by `response_format` and/or `structured_outputs` (at most one).
 pub fn requested(
     response_format: Option<&Value>,
     structured_outputs: Option<&Value>,
-) -> Result<Option<(Constraint, &'static str)>, ApiError> {
+) -> Result<Option<(Constraint, &'static str)>, ValidationError> {
     let from_format = match response_format {
         Some(f) => from_response_format(f)?,
         None => None,
@@ -24,42 +23,50 @@ pub fn requested(
         None => None,
     };
     match (from_format, from_outputs) {
-        (Some(_), Some(_)) => Err(ApiError::invalid(
-            "structured_outputs",
-            "`structured_outputs` and a non-text `response_format` cannot be combined",
-        )),
+        (Some(_), Some(_)) => Err(ValidationError::Conflict {
+            field: "structured_outputs",
+            with: "a non-text `response_format`",
+        }),
         (Some(c), None) => Ok(Some((c, "response_format"))),
         (None, Some(c)) => Ok(Some((c, "structured_outputs"))),
         (None, None) => Ok(None),
     }
 }
 
-/// Compiles `c` (cached by its text), answering 400 on `field` when it is invalid.
-pub fn compile(loaded: &Loaded, c: Constraint, field: &str) -> Result<Arc<Constraint>, ApiError> {
+/// Compiles `c` (cached by its text) into what the request carries to the engine; the one
+/// compile of a request's constraint.
+pub fn compile(
+    loaded: &Loaded,
+    c: Constraint,
+    field: &str,
+) -> Result<ConstraintRef, ValidationError> {
     loaded
         .structured
         .compile(&c)
-        .map_err(|e| ApiError::invalid(field, format!("`{field}`: {e}")))?;
-    Ok(Arc::new(c))
+        .map(|compiled| compiled.into_ref())
+        .map_err(|error| ValidationError::Constraint {
+            field: field.to_owned(),
+            error,
+        })
 }
 
 /// `{"type": "text" | "json_object" | "json_schema", "json_schema": {name, schema, strict}}`.
-fn from_response_format(f: &Value) -> Result<Option<Constraint>, ApiError> {
+fn from_response_format(f: &Value) -> Result<Option<Constraint>, ValidationError> {
     let field = "response_format";
     let obj = f
         .as_object()
-        .ok_or_else(|| ApiError::invalid(field, "`response_format` must be an object"))?;
-    let kind = obj.get("type").and_then(Value::as_str).ok_or_else(|| {
-        ApiError::invalid(
-            "response_format.type",
-            "`response_format.type` must be a string",
-        )
-    })?;
+        .ok_or_else(|| ValidationError::invalid(field, "an object"))?;
+    let kind = obj
+        .get("type")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ValidationError::invalid("response_format.type", "a string"))?;
     if let Some(k) = obj
         .keys()
         .find(|k| !matches!(k.as_str(), "type" | "json_schema"))
     {
-        return Err(ApiError::unknown_field(&format!("response_format.{k}")));
+        return Err(ValidationError::UnknownField {
+            field: format!("response_format.{k}"),
+        });
     }
     match kind {
         "text" => Ok(None),
@@ -69,23 +76,23 @@ fn from_response_format(f: &Value) -> Result<Option<Constraint>, ApiError> {
                 .get("json_schema")
                 .and_then(Value::as_object)
                 .ok_or_else(|| {
-                    ApiError::invalid(
+                    ValidationError::invalid(
                         "response_format.json_schema",
-                        "`response_format.json_schema` must be an object with a `schema`",
+                        "an object with a `schema`",
                     )
                 })?;
             if let Some(k) = js
                 .keys()
                 .find(|k| !matches!(k.as_str(), "name" | "schema" | "strict" | "description"))
             {
-                return Err(ApiError::unknown_field(&format!(
-                    "response_format.json_schema.{k}"
-                )));
+                return Err(ValidationError::UnknownField {
+                    field: format!("response_format.json_schema.{k}"),
+                });
             }
             if js.get("name").is_some_and(|n| !n.is_string()) {
-                return Err(ApiError::invalid(
+                return Err(ValidationError::invalid(
                     "response_format.json_schema.name",
-                    "`response_format.json_schema.name` must be a string",
+                    "a string",
                 ));
             }
             match js.get("schema") {
@@ -94,28 +101,27 @@ fn from_response_format(f: &Value) -> Result<Option<Constraint>, ApiError> {
                 }
                 // OpenAI: a missing schema means any JSON object.
                 None => Ok(Some(Constraint::JsonObject)),
-                Some(_) => Err(ApiError::invalid(
+                Some(_) => Err(ValidationError::invalid(
                     "response_format.json_schema.schema",
-                    "`response_format.json_schema.schema` must be a JSON schema object",
+                    "a JSON schema object",
                 )),
             }
         }
-        other => Err(ApiError::invalid(
+        other => Err(ValidationError::invalid_value(
             "response_format.type",
-            format!(
-                "`response_format.type` must be \"text\", \"json_object\" or \"json_schema\", got {other:?}"
-            ),
+            "\"text\", \"json_object\" or \"json_schema\"",
+            format!("{other:?}"),
         )),
     }
 }
 
 /// vLLM's `structured_outputs`: exactly one of `json` (a schema object or its text), `regex`,
 /// `choice` (a list of strings), `grammar` (Lark).
-fn from_structured_outputs(s: &Value) -> Result<Option<Constraint>, ApiError> {
+fn from_structured_outputs(s: &Value) -> Result<Option<Constraint>, ValidationError> {
     let field = "structured_outputs";
     let obj = s
         .as_object()
-        .ok_or_else(|| ApiError::invalid(field, "`structured_outputs` must be an object"))?;
+        .ok_or_else(|| ValidationError::invalid(field, "an object"))?;
     let mut found: Vec<(&str, Constraint)> = Vec::new();
     for (k, v) in obj {
         if v.is_null() {
@@ -125,57 +131,48 @@ fn from_structured_outputs(s: &Value) -> Result<Option<Constraint>, ApiError> {
         let c = match k.as_str() {
             "json" => match v {
                 Value::String(text) => {
-                    serde_json::from_str::<Value>(text).map_err(|e| {
-                        ApiError::invalid(&name, format!("`{name}` is not valid JSON: {e}"))
-                    })?;
+                    serde_json::from_str::<Value>(text)
+                        .map_err(|e| ValidationError::invalid_value(&name, "a JSON schema", e))?;
                     Constraint::JsonSchema(text.clone())
                 }
                 Value::Object(_) | Value::Bool(_) => Constraint::JsonSchema(v.to_string()),
                 _ => {
-                    return Err(ApiError::invalid(
-                        &name,
-                        format!("`{name}` must be a JSON schema"),
-                    ));
+                    return Err(ValidationError::invalid(&name, "a JSON schema"));
                 }
             },
             "json_object" if v.as_bool() == Some(true) => Constraint::JsonObject,
             "json_object" if v.as_bool() == Some(false) => continue,
             "regex" => Constraint::Regex(
                 v.as_str()
-                    .ok_or_else(|| ApiError::invalid(&name, format!("`{name}` must be a string")))?
+                    .ok_or_else(|| ValidationError::invalid(&name, "a string"))?
                     .to_owned(),
             ),
             "grammar" => Constraint::Grammar(
                 v.as_str()
-                    .ok_or_else(|| ApiError::invalid(&name, format!("`{name}` must be a string")))?
+                    .ok_or_else(|| ValidationError::invalid(&name, "a string"))?
                     .to_owned(),
             ),
             "choice" => {
                 let list = v.as_array().filter(|l| !l.is_empty()).ok_or_else(|| {
-                    ApiError::invalid(
-                        &name,
-                        format!("`{name}` must be a non-empty list of strings"),
-                    )
+                    ValidationError::invalid(&name, "a non-empty list of strings")
                 })?;
                 let strings: Option<Vec<String>> =
                     list.iter().map(|x| x.as_str().map(str::to_owned)).collect();
-                Constraint::Choice(strings.ok_or_else(|| {
-                    ApiError::invalid(&name, format!("`{name}` must be a list of strings"))
-                })?)
+                Constraint::Choice(
+                    strings.ok_or_else(|| ValidationError::invalid(&name, "a list of strings"))?,
+                )
             }
-            _ => return Err(ApiError::unknown_field(&name)),
+            _ => return Err(ValidationError::UnknownField { field: name }),
         };
         found.push((k.as_str(), c));
     }
     match found.len() {
         0 => Ok(None),
         1 => Ok(found.pop().map(|(_, c)| c)),
-        _ => Err(ApiError::invalid(
+        _ => Err(ValidationError::invalid_value(
             field,
-            format!(
-                "`structured_outputs` takes exactly one of json, regex, choice, grammar; got {}",
-                found.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(", ")
-            ),
+            "exactly one of json, regex, choice, grammar",
+            found.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(", "),
         )),
     }
 }

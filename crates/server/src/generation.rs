@@ -1,21 +1,21 @@
-//! One request's generation as the routes see it: every choice is its own engine request (so a
-//! stop string ends only its choice); engine outputs become per-choice text updates through a
-//! `TextStream`, with stop strings, finish reasons, usage and the latency metrics. Dropping a
-//! `Generation` drops its engine streams, which aborts whatever is still running.
+//! One request's generation as the front ends see it: one engine request per prompt, whose
+//! `n` choices the engine fans out; engine outputs become per-choice text updates through a
+//! `TextStream`, with stop strings (ending that choice alone), finish reasons, usage and the
+//! latency metrics. Dropping a `Generation` drops its engine streams, which aborts the rest.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use futures_util::future::select_all;
-use pagoda_core::engine::{RequestStream, StreamError};
-use pagoda_core::kv::ExtraKeys;
-use pagoda_core::{AddRequestError, EngineOutput, EngineRequest, FinishReason, PositionLogprobs};
+use pagoda_core::engine::{EngineHandle, RequestStream, StreamError};
+use pagoda_core::{EngineOutput, FinishReason, PositionLogprobs};
 use pagoda_frontend::{TextStream, TextStreamOptions, Tokenizer};
 use pagoda_protocol::{FinishReason as WireFinish, PromptTokensDetails, StopReason, Usage};
 
 use crate::error::ApiError;
-use crate::state::{AppState, Loaded};
-use crate::validate::GenRequest;
+use crate::metrics::Metrics;
+use crate::valid_request::ValidRequest;
+use crate::validation_error::admission_error;
 
 /// How a choice ended.
 #[derive(Clone, Debug, PartialEq)]
@@ -38,21 +38,26 @@ pub struct ChoiceUpdate {
     /// Prompt logprobs (positions 1 onward), on the first update of a choice that asked.
     pub prompt_logprobs: Option<Vec<PositionLogprobs>>,
     pub finish: Option<Finish>,
+    /// Tokens of this choice's prompt served from the prefix cache.
+    pub cached_tokens: usize,
+    /// Arrival to this update, for the first one of a choice.
+    pub first_token_after: Option<std::time::Duration>,
 }
 
 struct Choice {
-    stream: Option<RequestStream>,
     text: TextStream,
+    finished: bool,
     generated: u32,
     cached_tokens: usize,
     first_token_at: Option<Instant>,
     last_output_at: Option<Instant>,
-    arrival: Option<Instant>,
 }
 
-/// A running request: its choices' engine streams and text state.
+/// A running request: one engine stream per prompt, text state per choice.
 pub struct Generation {
-    state: AppState,
+    metrics: Option<Arc<Metrics>>,
+    /// One per prompt; `None` once it ended.
+    streams: Vec<Option<RequestStream>>,
     choices: Vec<Choice>,
     prompt_lens: Vec<usize>,
     stop: Vec<String>,
@@ -61,101 +66,114 @@ pub struct Generation {
 }
 
 impl Generation {
-    /// Submits every choice; 429 when the waiting queue is full (nothing stays submitted).
-    pub fn start(state: &AppState, loaded: &Loaded, req: &GenRequest) -> Result<Self, ApiError> {
+    /// Submits every prompt at once (all of them or none: 429 when the waiting queue cannot
+    /// take them now, 400 when it never could).
+    pub fn start(
+        engine: &EngineHandle,
+        tokenizer: &Arc<Tokenizer>,
+        req: &ValidRequest,
+        metrics: Option<Arc<Metrics>>,
+    ) -> Result<Self, ApiError> {
         let opts = TextStreamOptions {
-            stop: req.stop.clone(),
-            skip_special_tokens: req.skip_special_tokens,
-            include_stop_str_in_output: req.include_stop_str_in_output,
+            stop: req.text.stop.clone(),
+            skip_special_tokens: req.text.skip_special_tokens,
+            include_stop_str_in_output: req.text.include_stop_str_in_output,
         };
-        let mut choices = Vec::with_capacity(req.prompts.len() * req.n as usize);
-        for prompt in &req.prompts {
-            for i in 0..req.n {
-                let mut params = req.params.clone();
-                // The engine's own n > 1 seeds sequence i with seed + i; keep that.
-                params.seed = params.seed.map(|s| s.wrapping_add(u64::from(i)));
-                let stream = loaded
-                    .engine
-                    .add_request(EngineRequest {
-                        id: 0,
-                        prompt_token_ids: prompt.clone(),
-                        params,
-                        priority: req.priority,
-                        extra_keys: ExtraKeys {
-                            lora_id: None,
-                            cache_salt: req.cache_salt.clone(),
-                        },
-                    })
-                    .map_err(|e| submit_error(state, e))?;
-                let text = TextStream::new(Arc::clone(&loaded.tokenizer), prompt, opts.clone())
-                    .map_err(|e| ApiError::invalid("stop", e.to_string()))?;
+        let n = req.n as usize;
+        let mut choices = Vec::with_capacity(req.num_prompts() * n);
+        for p in 0..req.num_prompts() {
+            for _ in 0..n {
+                let text = TextStream::new(Arc::clone(tokenizer), req.prompt(p), opts.clone())
+                    .map_err(|e| {
+                        ApiError::from(crate::validation_error::ValidationError::Body {
+                            field: Some("stop".into()),
+                            message: e.to_string(),
+                        })
+                    })?;
                 choices.push(Choice {
-                    stream: Some(stream),
                     text,
+                    finished: false,
                     generated: 0,
                     cached_tokens: 0,
                     first_token_at: None,
                     last_output_at: None,
-                    arrival: None,
                 });
             }
         }
+        let streams = engine.submit(req.requests.clone()).map_err(|e| {
+            if let (
+                Some(m),
+                StreamError::Rejected(pagoda_core::AddRequestError::QueueFull { .. }),
+            ) = (&metrics, &e)
+            {
+                m.count_rejected("queue_full");
+            }
+            stream_error(e)
+        })?;
         Ok(Self {
-            state: state.clone(),
+            metrics,
+            streams: streams.into_iter().map(Some).collect(),
             choices,
-            prompt_lens: req.prompts.iter().map(Vec::len).collect(),
-            stop: req.stop.clone(),
-            stop_token_ids: req.params.stop_token_ids.clone(),
-            n: req.n as usize,
+            prompt_lens: (0..req.num_prompts())
+                .map(|p| req.prompt(p).len())
+                .collect(),
+            stop: req.text.stop.clone(),
+            stop_token_ids: req.params().stop_token_ids.clone(),
+            n,
         })
     }
 
     /// The next update of any choice; `None` when every choice has finished.
     pub async fn next(&mut self) -> Option<Result<ChoiceUpdate, ApiError>> {
-        let (index, item) = {
-            let mut live: Vec<(usize, &mut RequestStream)> = self
-                .choices
-                .iter_mut()
-                .enumerate()
-                .filter_map(|(i, c)| c.stream.as_mut().map(|s| (i, s)))
-                .collect();
-            match live.len() {
-                0 => return None,
-                1 => {
-                    let (i, s) = live.pop()?;
-                    (i, s.recv().await)
+        loop {
+            let (prompt, item) = {
+                let mut live: Vec<(usize, &mut RequestStream)> = self
+                    .streams
+                    .iter_mut()
+                    .enumerate()
+                    .filter_map(|(i, s)| s.as_mut().map(|s| (i, s)))
+                    .collect();
+                match live.len() {
+                    0 => return None,
+                    1 => {
+                        let (i, s) = live.pop()?;
+                        (i, s.recv().await)
+                    }
+                    _ => {
+                        // RequestStream::recv is a tokio mpsc recv: cancel-safe, so the losers
+                        // of the race lose nothing.
+                        let futs = live
+                            .into_iter()
+                            .map(|(i, s)| Box::pin(async move { (i, s.recv().await) }));
+                        select_all(futs).await.0
+                    }
                 }
-                _ => {
-                    // RequestStream::recv is a tokio mpsc recv: cancel-safe, so the losers of
-                    // the race lose nothing.
-                    let futs = live
-                        .into_iter()
-                        .map(|(i, s)| Box::pin(async move { (i, s.recv().await) }));
-                    select_all(futs).await.0
+            };
+            match item {
+                Some(Ok(out)) => {
+                    let index = prompt * self.n + out.index as usize;
+                    // What a choice produced after its stop string, and its abort, are dropped.
+                    if self.choices.get(index).is_some_and(|c| !c.finished) {
+                        return Some(Ok(self.apply(prompt, index, out)));
+                    }
                 }
-            }
-        };
-        match item {
-            Some(Ok(out)) => Some(Ok(self.apply(index, out))),
-            Some(Err(e)) => {
-                self.choices[index].stream = None;
-                Some(Err(stream_error(e)))
-            }
-            None => {
-                self.choices[index].stream = None;
-                Some(Err(ApiError::internal("the engine stream ended early")))
+                Some(Err(e)) => {
+                    self.streams[prompt] = None;
+                    return Some(Err(stream_error(e)));
+                }
+                None => self.streams[prompt] = None,
             }
         }
     }
 
-    fn apply(&mut self, index: usize, mut out: EngineOutput) -> ChoiceUpdate {
-        let metrics = self.state.metrics();
+    fn apply(&mut self, prompt: usize, index: usize, mut out: EngineOutput) -> ChoiceUpdate {
+        let metrics = self.metrics.as_deref();
         let choice = &mut self.choices[index];
         choice.cached_tokens = out.num_cached_tokens;
-        choice.arrival = Some(out.timing.arrival);
         let mut update = ChoiceUpdate {
             index: index as u32,
             prompt_logprobs: out.prompt_logprobs.take(),
+            cached_tokens: out.num_cached_tokens,
             ..Default::default()
         };
         let mut stopped = None;
@@ -174,34 +192,35 @@ impl Generation {
         choice.generated += update.token_ids.len() as u32;
         let now = out.timing.at;
         if !update.token_ids.is_empty() {
-            match (choice.first_token_at, choice.last_output_at) {
-                (None, _) => {
+            match (choice.first_token_at, choice.last_output_at, metrics) {
+                (None, _, m) => {
                     choice.first_token_at = Some(now);
-                    metrics
-                        .time_to_first_token
-                        .observe((now - out.timing.arrival).as_secs_f64());
-                    if let Some(s) = out.timing.first_scheduled {
-                        metrics
-                            .queue_time
-                            .observe((s - out.timing.arrival).as_secs_f64());
+                    update.first_token_after = Some(now - out.timing.arrival);
+                    if let Some(m) = m {
+                        m.time_to_first_token
+                            .observe((now - out.timing.arrival).as_secs_f64());
+                        if let Some(s) = out.timing.first_scheduled {
+                            m.queue_time.observe((s - out.timing.arrival).as_secs_f64());
+                        }
                     }
                 }
-                (Some(_), Some(last)) => metrics
-                    .inter_token_latency
-                    .observe((now - last).as_secs_f64()),
-                (Some(_), None) => {}
+                (Some(_), Some(last), Some(m)) => {
+                    m.inter_token_latency.observe((now - last).as_secs_f64())
+                }
+                (Some(_), _, _) => {}
             }
             choice.last_output_at = Some(now);
         }
         let finish = if let Some(stop_index) = stopped {
-            // A stop string ends the choice here; dropping the stream aborts it in the engine.
-            choice.stream = None;
+            // A stop string ends this choice here; the engine frees its blocks next step.
+            if let Some(s) = &self.streams[prompt] {
+                s.abort_choice(out.index);
+            }
             Some(Finish {
                 reason: WireFinish::Stop,
                 stop_reason: self.stop.get(stop_index).cloned().map(StopReason::Text),
             })
         } else if let Some(reason) = &out.finish_reason {
-            choice.stream = None;
             let tail = choice.text.finish();
             update.text.push_str(&tail.text);
             Some(match (tail.stopped, reason) {
@@ -228,7 +247,8 @@ impl Generation {
         } else {
             None
         };
-        if let Some(f) = &finish {
+        choice.finished = finish.is_some();
+        if let (Some(f), Some(metrics)) = (&finish, metrics) {
             let end = if stopped.is_some() {
                 Instant::now()
             } else {
@@ -279,9 +299,9 @@ impl Generation {
 impl Drop for Generation {
     /// Choices still running when the request goes away (client gone, error) count as aborted.
     fn drop(&mut self) {
-        for c in &self.choices {
-            if c.stream.is_some() {
-                self.state.metrics().count_finished("abort");
+        if let Some(m) = &self.metrics {
+            for _ in self.choices.iter().filter(|c| !c.finished) {
+                m.count_finished("abort");
             }
         }
     }
@@ -296,24 +316,9 @@ fn wire_name(r: WireFinish) -> &'static str {
     }
 }
 
-fn submit_error(state: &AppState, e: StreamError) -> ApiError {
-    match e {
-        StreamError::Rejected(AddRequestError::QueueFull(n)) => {
-            state.metrics().count_rejected("queue_full");
-            ApiError::overloaded(format!(
-                "the server is at capacity: {n} requests are already waiting; retry later"
-            ))
-        }
-        other => stream_error(other),
-    }
-}
-
 fn stream_error(e: StreamError) -> ApiError {
     match e {
-        StreamError::Rejected(AddRequestError::QueueFull(n)) => ApiError::overloaded(format!(
-            "the server is at capacity: {n} requests are already waiting; retry later"
-        )),
-        StreamError::Rejected(other) => ApiError::malformed(other.to_string()),
+        StreamError::Rejected(e) => admission_error(e),
         StreamError::Shutdown => ApiError::unavailable("the engine is shutting down"),
         other @ (StreamError::Overflow(_) | StreamError::Engine(_)) => {
             ApiError::internal(other.to_string())

@@ -15,11 +15,14 @@ pub mod error;
 mod generation;
 mod logprobs;
 pub mod metrics;
+pub mod model_loader;
 mod routes;
 pub mod state;
 mod stream;
 mod tools;
+pub mod valid_request;
 mod validate;
+pub mod validation_error;
 
 use std::future::Future;
 use std::path::Path;
@@ -34,15 +37,24 @@ use pagoda_model::EngineSetup;
 
 pub use config::ServerConfig;
 pub use error::ApiError;
-pub use state::{AppState, LoadError};
+pub use generation::Generation;
+pub use model_loader::{LoadError, LoadOptions, LoadedModel, load_engine};
+pub use state::AppState;
+pub use valid_request::{TextOptions, Unchecked, ValidRequest};
 
 /// The router: generation and tokenizer routes behind the API key (when set), health and
 /// metrics open, OpenAI-shaped 404 for anything else.
 pub fn app(state: AppState) -> Router {
     let limit = state.config().max_request_bytes;
     let api = Router::new()
-        .route("/v1/completions", post(routes::completions::completions))
-        .route("/v1/chat/completions", post(routes::chat::chat_completions))
+        .route(
+            "/v1/completions",
+            post(routes::generate::<routes::completions::Completions>),
+        )
+        .route(
+            "/v1/chat/completions",
+            post(routes::generate::<routes::chat::Chat>),
+        )
         .route("/v1/models", get(routes::models::models))
         .route("/tokenize", post(routes::tokenize::tokenize))
         .route("/detokenize", post(routes::tokenize::detokenize))

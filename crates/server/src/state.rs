@@ -7,11 +7,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use pagoda_core::engine::{EngineHandle, HandleOptions};
-use pagoda_core::{EngineRequest, SamplingParams};
+use pagoda_core::engine::EngineHandle;
 use pagoda_frontend::{ChatTemplate, Tokenizer, ToolCallFormat, ToolParserChoice};
-use pagoda_gguf::GgufFile;
-use pagoda_model::{EngineSetup, Model};
+use pagoda_model::EngineSetup;
 use pagoda_structured::StructuredOutputs;
 use tokio::sync::Notify;
 
@@ -19,39 +17,18 @@ use crate::auth;
 use crate::config::ServerConfig;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
-
-/// Why the model could not be loaded and started.
-#[derive(Debug, thiserror::Error)]
-pub enum LoadError {
-    #[error("cannot open model {path}: {message}")]
-    Open { path: String, message: String },
-    #[error("cannot build the tokenizer: {0}")]
-    Tokenizer(String),
-    #[error("cannot load the chat template: {0}")]
-    Template(String),
-    #[error("cannot load the model: {0}")]
-    Model(String),
-    #[error("cannot start the engine thread: {0}")]
-    Thread(#[from] std::io::Error),
-    #[error("warm-up request failed: {0}")]
-    WarmUp(String),
-    #[error("a model is already loaded")]
-    AlreadyLoaded,
-}
+use crate::model_loader::{LoadError, LoadOptions, load_engine};
 
 /// The model side of the server, present once loading finished.
 pub struct Loaded {
     pub engine: EngineHandle,
     pub tokenizer: Arc<Tokenizer>,
     pub template: ChatTemplate,
-    /// Longest prompt + generation the engine accepts.
-    pub max_model_len: usize,
-    pub vocab_size: usize,
     /// Whether the scheduler orders waiting requests by `priority`.
     pub priority_scheduling: bool,
     /// The model file, for `/v1/models` `root`.
     pub model_path: String,
-    /// Compiles `response_format` / `structured_outputs` / tool grammars; shared with the engine.
+    /// Compiles `response_format` / `structured_outputs` / tool grammars, once per request.
     pub structured: Arc<StructuredOutputs>,
     /// The tool-call syntax of this model, `None` when tool calling is turned off.
     pub tool_format: Option<ToolCallFormat>,
@@ -59,7 +36,7 @@ pub struct Loaded {
 
 struct Inner {
     config: ServerConfig,
-    metrics: Metrics,
+    metrics: Arc<Metrics>,
     loaded: OnceLock<Loaded>,
     draining: AtomicBool,
     in_flight: AtomicUsize,
@@ -82,7 +59,7 @@ impl AppState {
             .map_or(0, |d| d.as_secs());
         Self(Arc::new(Inner {
             config,
-            metrics: Metrics::new(),
+            metrics: Arc::new(Metrics::new()),
             loaded: OnceLock::new(),
             draining: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
@@ -98,18 +75,17 @@ impl AppState {
         if self.0.loaded.get().is_some() {
             return Err(LoadError::AlreadyLoaded);
         }
-        let open_err = |message: String| LoadError::Open {
-            path: path.display().to_string(),
-            message,
-        };
-        let file = Arc::new(GgufFile::open(path).map_err(|e| open_err(e.to_string()))?);
-        let tokenizer =
-            Arc::new(Tokenizer::from_gguf(&file).map_err(|e| LoadError::Tokenizer(e.to_string()))?);
-        let template =
-            ChatTemplate::from_gguf(&file, None).map_err(|e| LoadError::Template(e.to_string()))?;
+        let m = load_engine(
+            path,
+            &LoadOptions {
+                setup,
+                chat_template: None,
+                output_buffer: self.0.config.output_buffer,
+            },
+        )?;
         let tool_format = match self.0.config.tool_call_parser {
-            ToolParserChoice::Auto => Some(if template.renders_tools() {
-                ToolCallFormat::detect(template.text())
+            ToolParserChoice::Auto => Some(if m.template.renders_tools() {
+                ToolCallFormat::detect(m.template.text())
             } else {
                 ToolCallFormat::Generic
             }),
@@ -118,32 +94,13 @@ impl AppState {
         };
         tracing::info!(
             tool_call_parser = tool_format.map_or("none", ToolCallFormat::name),
-            template_renders_tools = template.renders_tools(),
+            template_renders_tools = m.template.renders_tools(),
             "tool calling"
         );
-        let structured = Arc::new(StructuredOutputs::new(Arc::clone(&tokenizer)));
-        let mut setup = setup.clone();
-        setup.structured = Some(Arc::clone(&structured));
-        let model = Model::load(file).map_err(|e| LoadError::Model(e.to_string()))?;
-        let vocab_size = model.config().vocab_size;
-        let (core, report) = pagoda_model::build_engine(model, &setup)
-            .map_err(|e| LoadError::Model(e.to_string()))?;
-        tracing::info!(
-            num_blocks = report.num_blocks,
-            max_model_len = report.max_model_len,
-            "engine built"
-        );
-        let engine = EngineHandle::start(
-            core,
-            HandleOptions {
-                output_buffer: self.0.config.output_buffer,
-            },
-        )?;
-        warm_up(&engine, &tokenizer)?;
         // The token trie and llguidance's parser factory take up to a second for a large
         // vocabulary: build them off the start-up path (the first constrained request waits),
-        // and only now, so they do not take a core from the weight packing above.
-        let warming = Arc::clone(&structured);
+        // and only now, so they do not take a core from loading the weights.
+        let warming = Arc::clone(&m.structured);
         std::thread::Builder::new()
             .name("pagoda-structured-warmup".into())
             .spawn(move || {
@@ -152,14 +109,12 @@ impl AppState {
                 }
             })?;
         let loaded = Loaded {
-            max_model_len: engine.max_model_len(),
-            engine,
-            tokenizer,
-            template,
-            vocab_size,
+            engine: m.engine,
+            tokenizer: m.tokenizer,
+            template: m.template,
             priority_scheduling: setup.scheduler.priority_scheduling,
             model_path: path.display().to_string(),
-            structured,
+            structured: m.structured,
             tool_format,
         };
         self.0
@@ -174,6 +129,11 @@ impl AppState {
 
     pub fn metrics(&self) -> &Metrics {
         &self.0.metrics
+    }
+
+    /// The metrics, for what outlives a borrow of the state (a running generation).
+    pub fn shared_metrics(&self) -> Arc<Metrics> {
+        Arc::clone(&self.0.metrics)
     }
 
     /// Unix seconds when the server started (`created` of `/v1/models`).
@@ -255,29 +215,4 @@ impl Drop for InFlight {
             self.0.0.idle.notify_waiters();
         }
     }
-}
-
-/// One greedy token through the whole stack, so the first client does not pay for page faults
-/// in the weights and the thread pool's start-up.
-fn warm_up(engine: &EngineHandle, tokenizer: &Tokenizer) -> Result<(), LoadError> {
-    let mut prompt = tokenizer.encode("Hello", true, false);
-    if prompt.is_empty() {
-        prompt.push(0);
-    }
-    let mut stream = engine
-        .add_request(EngineRequest {
-            id: 0,
-            prompt_token_ids: prompt,
-            params: SamplingParams::greedy(1),
-            priority: 0,
-            extra_keys: Default::default(),
-        })
-        .map_err(|e| LoadError::WarmUp(e.to_string()))?;
-    while let Some(item) = stream.blocking_recv() {
-        let out = item.map_err(|e| LoadError::WarmUp(e.to_string()))?;
-        if out.finish_reason.is_some() {
-            break;
-        }
-    }
-    Ok(())
 }

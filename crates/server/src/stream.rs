@@ -1,7 +1,8 @@
-//! Server-sent events out: a stream of already-framed events becomes a `text/event-stream`
-//! response. The routes build the events (chunks, usage chunk, `[DONE]`, or an error event
-//! after the stream has started); the body pulls them one at a time, so a slow client applies
-//! backpressure up to the engine's bounded per-request buffer and a gone client drops it all.
+//! Server-sent events out, one driver for every endpoint: a generation's updates go through the
+//! endpoint's `ChoiceFormatter` into framed events (chunks, usage chunk, `[DONE]`, or an error
+//! event after the stream has started), or into its whole response. The body pulls events one
+//! at a time, so a slow client applies backpressure up to the engine's bounded per-request
+//! buffer and a gone client drops it all.
 
 use std::convert::Infallible;
 
@@ -9,10 +10,11 @@ use axum::body::Body;
 use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE};
 use axum::response::Response;
 use futures_util::{Stream, StreamExt};
-use pagoda_protocol::sse;
+use pagoda_protocol::{Usage, sse};
 use serde::Serialize;
 
 use crate::error::ApiError;
+use crate::generation::{ChoiceUpdate, Generation};
 
 /// A streaming response over `events` (each a complete SSE event).
 pub fn sse_response<S>(events: S) -> Response
@@ -46,4 +48,88 @@ pub fn error(e: &ApiError) -> String {
 /// `data: [DONE]`.
 pub fn done() -> String {
     sse::DONE_EVENT.to_owned()
+}
+
+/// How one endpoint writes a generation: its stream chunks and its whole (non-stream) response.
+/// The driver below feeds it; it never sees the engine.
+pub trait ChoiceFormatter: Send + 'static {
+    type Response: Serialize + Send;
+
+    /// Events before any update (chat's role chunks); none by default.
+    fn opening(&mut self, _num_choices: usize) -> String {
+        String::new()
+    }
+
+    /// The events of one update; empty when it adds nothing the client would see.
+    fn events(&mut self, update: ChoiceUpdate) -> String;
+
+    /// The final usage chunk (`stream_options.include_usage`).
+    fn usage_event(&self, usage: Usage) -> String;
+
+    /// Folds an update into the whole response (non-stream requests).
+    fn absorb(&mut self, update: ChoiceUpdate);
+
+    /// The whole response, once every choice finished.
+    fn response(self, usage: Usage) -> Self::Response;
+}
+
+/// The SSE events of a generation: the opening, one event group per update, then the usage
+/// chunk (when asked) and `[DONE]`; an error after the headers is an error event that ends it.
+/// `guard` keeps the request counted in flight until the stream ends or the client goes away.
+pub fn events<F: ChoiceFormatter, G: Send + 'static>(
+    generation: Generation,
+    fmt: F,
+    include_usage: bool,
+    guard: G,
+) -> impl Stream<Item = String> + Send + 'static {
+    enum Phase {
+        Opening,
+        Updates,
+        Ended,
+    }
+    futures_util::stream::unfold(
+        (generation, fmt, Phase::Opening, guard),
+        move |(mut generation, mut fmt, phase, guard)| async move {
+            match phase {
+                Phase::Opening => {
+                    let out = fmt.opening(generation.num_choices());
+                    Some((out, (generation, fmt, Phase::Updates, guard)))
+                }
+                Phase::Updates => loop {
+                    match generation.next().await {
+                        Some(Ok(u)) => {
+                            let out = fmt.events(u);
+                            if !out.is_empty() {
+                                return Some((out, (generation, fmt, Phase::Updates, guard)));
+                            }
+                        }
+                        Some(Err(e)) => {
+                            return Some((error(&e), (generation, fmt, Phase::Ended, guard)));
+                        }
+                        None => {
+                            let mut out = String::new();
+                            if include_usage {
+                                out.push_str(&fmt.usage_event(generation.usage()));
+                            }
+                            out.push_str(&done());
+                            return Some((out, (generation, fmt, Phase::Ended, guard)));
+                        }
+                    }
+                },
+                Phase::Ended => None,
+            }
+        },
+    )
+    .filter(|e| std::future::ready(!e.is_empty()))
+}
+
+/// Runs a generation to its end and returns the formatter's whole response.
+pub async fn collect<F: ChoiceFormatter>(
+    mut generation: Generation,
+    mut fmt: F,
+) -> Result<F::Response, ApiError> {
+    while let Some(item) = generation.next().await {
+        fmt.absorb(item?);
+    }
+    Ok(fmt.response(generation.usage()))
 }

@@ -3,9 +3,9 @@
 //! section when the template ignores them), which grammar constrains the reply (`required`,
 //! a named function, and the generic format's `auto`), and which parser reads the output.
 
-use pagoda_core::Constraint;
 use pagoda_frontend::ToolCallFormat;
 use pagoda_frontend::tool_calls::{generic_history, generic_system_prompt, tool_call_grammar};
+use pagoda_structured::Constraint;
 use serde_json::{Map, Value, json};
 
 use crate::error::ApiError;

@@ -1,6 +1,6 @@
-//! Protocol request -> `GenRequest`, the validated form the generation code runs: every field
-//! of the request surface is either turned into engine parameters or refused with a 400 that
-//! names it; unknown keys are refused by name. Nothing here talks to the engine.
+//! Protocol request -> `ValidRequest`, for every generation endpoint: the fields the APIs share
+//! are turned into engine parameters or refused with a `ValidationError` that names them;
+//! unknown keys are refused by name. Nothing here talks to the engine.
 
 use std::collections::BTreeMap;
 
@@ -8,27 +8,9 @@ use pagoda_core::SamplingParams;
 use pagoda_protocol::Stop;
 use serde_json::{Map, Value};
 
-use crate::error::ApiError;
 use crate::state::{AppState, Loaded};
-
-/// A request ready to submit: token prompts plus everything the text edge needs.
-#[derive(Clone, Debug)]
-pub struct GenRequest {
-    /// One token list per prompt; choices are indexed prompt-major (`prompt * n + i`).
-    pub prompts: Vec<Vec<u32>>,
-    /// Engine parameters of one choice (`n` is 1: each choice is its own engine request, so a
-    /// stop string in one does not end the others).
-    pub params: SamplingParams,
-    pub n: u32,
-    pub stop: Vec<String>,
-    pub skip_special_tokens: bool,
-    pub include_stop_str_in_output: bool,
-    pub priority: i32,
-    /// The effective prefix-cache salt (tenant-derived with `--api-key`).
-    pub cache_salt: Option<String>,
-    pub stream: bool,
-    pub include_usage: bool,
-}
+use crate::valid_request::{TextOptions, Unchecked, ValidRequest};
+use crate::validation_error::{FieldNames, ValidationError};
 
 /// The sampling fields both endpoints share, borrowed from either request type.
 pub struct SamplingFields<'a> {
@@ -61,6 +43,10 @@ pub struct SamplingFields<'a> {
     pub stream: Option<bool>,
     pub include_usage: Option<bool>,
     pub continuous_usage_stats: Option<bool>,
+    /// Set by the endpoint (completions' `echo` with `logprobs`).
+    pub prompt_logprobs: Option<u32>,
+    /// The compiled structured-output constraint, when the request has one.
+    pub constraint: Option<pagoda_core::ConstraintRef>,
 }
 
 /// A [`SamplingFields`] over `$req`, a chat or completions request: the fields both types name
@@ -98,32 +84,36 @@ macro_rules! sampling_fields {
                 .stream_options
                 .as_ref()
                 .and_then(|o| o.continuous_usage_stats),
+            prompt_logprobs: None,
+            constraint: None,
         }
     }};
 }
 pub(crate) use sampling_fields;
 
-/// 400 for the first key the endpoint does not know.
-pub fn reject_unknown(extra: &Map<String, Value>) -> Result<(), ApiError> {
+/// The first key the endpoint does not know.
+pub fn reject_unknown(extra: &Map<String, Value>) -> Result<(), ValidationError> {
     match extra.keys().next() {
-        Some(k) => Err(ApiError::unknown_field(k)),
+        Some(k) => Err(ValidationError::UnknownField { field: k.clone() }),
         None => Ok(()),
     }
 }
 
 /// 404 unless `model` is the served name.
-pub fn check_model(state: &AppState, model: &str) -> Result<(), ApiError> {
+pub fn check_model(state: &AppState, model: &str) -> Result<(), ValidationError> {
     if model == state.config().served_model_name {
         Ok(())
     } else {
-        Err(ApiError::model_not_found(model))
+        Err(ValidationError::ModelNotFound {
+            model: model.to_owned(),
+        })
     }
 }
 
-/// 400 "not supported yet" when `value` is present (and not its no-op form).
-pub fn refuse<T>(name: &str, value: &Option<T>, why: &str) -> Result<(), ApiError> {
+/// "Not supported" when `value` is present.
+pub fn refuse<T>(name: &str, value: &Option<T>, why: &'static str) -> Result<(), ValidationError> {
     match value {
-        Some(_) => Err(ApiError::unsupported(name, why)),
+        Some(_) => Err(ValidationError::unsupported(name, why)),
         None => Ok(()),
     }
 }
@@ -134,18 +124,16 @@ pub fn build(
     loaded: &Loaded,
     f: &SamplingFields<'_>,
     prompts: Vec<Vec<u32>>,
-) -> Result<GenRequest, ApiError> {
-    let (max_tokens, max_tokens_field, logprobs) = (f.max_tokens, f.max_tokens_field, f.logprobs);
-    let prompt_field = if f.chat { "messages" } else { "prompt" };
+) -> Result<ValidRequest, ValidationError> {
     let stream = f.stream.unwrap_or(false);
     if !stream && (f.include_usage.is_some() || f.continuous_usage_stats.is_some()) {
-        return Err(ApiError::invalid(
-            "stream_options",
-            "`stream_options` is only allowed when `stream` is true",
-        ));
+        return Err(ValidationError::Requires {
+            field: "stream_options",
+            needs: "`stream: true`",
+        });
     }
     if f.continuous_usage_stats == Some(true) {
-        return Err(ApiError::unsupported(
+        return Err(ValidationError::unsupported(
             "stream_options.continuous_usage_stats",
             "not supported yet",
         ));
@@ -154,154 +142,86 @@ pub fn build(
         None | Some(-1) | Some(0) => 0,
         Some(k) if k > 0 => k as u32,
         Some(k) => {
-            return Err(ApiError::invalid(
+            return Err(ValidationError::invalid_value(
                 "top_k",
-                format!("`top_k` must be -1 (off) or a positive number, got {k}"),
+                "-1 (off) or a positive number",
+                k,
             ));
         }
     };
     let mut logit_bias = Vec::new();
     for (key, &bias) in f.logit_bias.into_iter().flatten() {
         let id: u32 = key.parse().map_err(|_| {
-            ApiError::invalid(
-                "logit_bias",
-                format!("`logit_bias` keys must be token ids, got {key:?}"),
-            )
+            ValidationError::invalid_value("logit_bias", "keyed by token ids", format!("{key:?}"))
         })?;
         logit_bias.push((id, bias));
     }
     let stop = f.stop.map(Stop::to_vec).unwrap_or_default();
     if stop.iter().any(String::is_empty) {
-        return Err(ApiError::invalid(
+        return Err(ValidationError::invalid(
             "stop",
-            "`stop` strings must not be empty",
+            "a list of non-empty strings",
         ));
     }
     if let Some(p) = f.priority
         && p != 0
         && !loaded.priority_scheduling
     {
-        return Err(ApiError::invalid(
-            "priority",
-            "`priority` needs the server to run with --priority-scheduling",
-        ));
+        return Err(ValidationError::Requires {
+            field: "priority",
+            needs: "the server to run with --priority-scheduling",
+        });
     }
-    if prompts.is_empty() {
-        return Err(ApiError::invalid(
-            prompt_field,
-            format!("`{prompt_field}` must not be empty"),
-        ));
-    }
-    let mut params = SamplingParams {
+    let params = SamplingParams {
         temperature: f.temperature.unwrap_or(1.0),
         top_k,
         top_p: f.top_p.unwrap_or(1.0),
         min_p: f.min_p.unwrap_or(0.0),
         seed: f.seed,
-        max_tokens: max_tokens.unwrap_or(1),
+        max_tokens: 1,
         stop_token_ids: f.stop_token_ids.cloned().unwrap_or_default(),
         ignore_eos: f.ignore_eos.unwrap_or(false),
-        logprobs,
+        logprobs: f.logprobs,
         presence_penalty: f.presence_penalty.unwrap_or(0.0),
         frequency_penalty: f.frequency_penalty.unwrap_or(0.0),
         repetition_penalty: f.repetition_penalty.unwrap_or(1.0),
         logit_bias,
         min_tokens: f.min_tokens.unwrap_or(0),
         n: f.n.unwrap_or(1),
-        prompt_logprobs: None,
-        constraint: None,
+        prompt_logprobs: f.prompt_logprobs,
+        constraint: f.constraint.clone(),
     };
     // OpenAI's temperature range; the engine accepts more, clients expect this bound.
     if !(0.0..=2.0).contains(&params.temperature) {
-        return Err(ApiError::invalid(
+        return Err(ValidationError::invalid_value(
             "temperature",
-            format!(
-                "`temperature` must be in [0, 2], got {}",
-                params.temperature
-            ),
+            "in [0, 2]",
+            params.temperature,
         ));
     }
-    let sampling_err = |e: pagoda_core::SamplingParamsError| {
-        let field = match e.field() {
-            "max_tokens" => max_tokens_field,
-            "logprobs" if f.chat => "top_logprobs",
-            other => other,
-        };
-        ApiError::invalid(
-            field,
-            e.to_string()
-                .replace("`max_tokens`", &format!("`{max_tokens_field}`")),
-        )
-    };
-    let max_len = loaded.max_model_len;
-    for (i, p) in prompts.iter().enumerate() {
-        if p.is_empty() {
-            return Err(ApiError::invalid(
-                prompt_field,
-                format!("`{prompt_field}` #{i} has no tokens"),
-            ));
-        }
-        if let Some(&bad) = p.iter().find(|&&t| t as usize >= loaded.vocab_size) {
-            return Err(ApiError::invalid(
-                prompt_field,
-                format!(
-                    "token id {bad} is outside the vocabulary of {} tokens",
-                    loaded.vocab_size
-                ),
-            ));
-        }
-        if p.len() >= max_len {
-            return Err(ApiError::invalid(
-                prompt_field,
-                format!(
-                    "this model's maximum context length is {max_len} tokens, and the prompt has {} tokens (at least one token must be left to generate)",
-                    p.len()
-                ),
-            ));
-        }
-        let room = (max_len - p.len()) as u32;
-        match max_tokens {
-            Some(m) if p.len() + m as usize > max_len => {
-                return Err(ApiError::invalid(
-                    max_tokens_field,
-                    format!(
-                        "this model's maximum context length is {max_len} tokens; the prompt has {} tokens and `{max_tokens_field}` is {m}: {} exceeds it",
-                        p.len(),
-                        p.len() + m as usize
-                    ),
-                ));
-            }
-            Some(_) => {}
-            None => {
-                params.max_tokens = if i == 0 {
-                    room
-                } else {
-                    params.max_tokens.min(room)
-                }
-            }
-        }
-    }
-    params.validate().map_err(sampling_err)?;
-    params
-        .validate_against_vocab(loaded.vocab_size)
-        .map_err(sampling_err)?;
-    let n = params.n;
-    params.n = 1;
     let cache_salt = match (state.tenant_salt(), f.cache_salt) {
         (Some(t), Some(s)) => Some(format!("{t}/{s}")),
         (Some(t), None) => Some(t.to_owned()),
         (None, s) => s.cloned(),
     };
-    Ok(GenRequest {
+    let names = FieldNames {
+        prompt: if f.chat { "messages" } else { "prompt" },
+        max_tokens: f.max_tokens_field,
+        logprobs: if f.chat { "top_logprobs" } else { "logprobs" },
+    };
+    let unchecked = Unchecked {
         prompts,
+        max_tokens: f.max_tokens,
         params,
-        n,
-        stop,
-        skip_special_tokens: f.skip_special_tokens.unwrap_or(true),
-        include_stop_str_in_output: f.include_stop_str_in_output.unwrap_or(false),
         priority: f.priority.unwrap_or(0),
         cache_salt,
+        text: TextOptions {
+            stop,
+            skip_special_tokens: f.skip_special_tokens.unwrap_or(true),
+            include_stop_str_in_output: f.include_stop_str_in_output.unwrap_or(false),
+        },
         stream,
         include_usage: f.include_usage.unwrap_or(false),
-    })
+    };
+    ValidRequest::new(loaded.engine.limits(), unchecked, names)
 }

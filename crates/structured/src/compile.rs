@@ -4,9 +4,9 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
+use crate::Constraint;
 use llguidance::api::TopLevelGrammar;
 use llguidance::{ParserFactory, TokenParser};
-use pagoda_core::Constraint;
 use serde_json::{Value, json};
 
 use crate::{ConstraintMatcher, StructuredError};

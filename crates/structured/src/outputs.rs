@@ -5,8 +5,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use crate::Constraint;
 use llguidance::ParserFactory;
-use pagoda_core::Constraint;
 use pagoda_frontend::Tokenizer;
 
 use crate::tok_env::PagodaTokEnv;

@@ -12,12 +12,22 @@ use tokio::sync::mpsc::Sender;
 use tokio::sync::mpsc::error::TrySendError;
 
 use super::handle::{Shared, StreamError, StreamItem};
-use crate::engine_core::{EngineCore, EngineOutput, EngineRequest, ModelExecutor, RequestId};
+use crate::admission::QueueSlots;
+use crate::engine_core::{EngineCore, EngineOutput, ModelExecutor, RequestId};
 use crate::request::FinishReason;
+use crate::validation::CheckedRequest;
 
 pub(crate) enum Command {
-    Add(Box<EngineRequest>, Sender<StreamItem>, Arc<AtomicBool>),
+    /// A checked request with its queue slots (given back by the core as it schedules them).
+    Add(
+        Box<CheckedRequest>,
+        QueueSlots,
+        Sender<StreamItem>,
+        Arc<AtomicBool>,
+    ),
     Abort(RequestId),
+    /// Ends one choice of a request (`n > 1`) and leaves the others running.
+    AbortChoice(RequestId, u32),
     Shutdown,
 }
 
@@ -26,7 +36,6 @@ struct Route {
     overflowed: Arc<AtomicBool>,
     /// Sequences of the request still running.
     remaining: u32,
-    admitted: bool,
 }
 
 pub(crate) fn run<E: ModelExecutor>(
@@ -44,7 +53,7 @@ pub(crate) fn run<E: ModelExecutor>(
             publish(&core, &shared.stats);
             match rx.recv() {
                 Ok(cmd) => {
-                    if !apply(cmd, &mut core, &mut routes, &shared) {
+                    if !apply(cmd, &mut core, &mut routes) {
                         break;
                     }
                 }
@@ -55,7 +64,7 @@ pub(crate) fn run<E: ModelExecutor>(
         loop {
             match rx.try_recv() {
                 Ok(cmd) => {
-                    if !apply(cmd, &mut core, &mut routes, &shared) {
+                    if !apply(cmd, &mut core, &mut routes) {
                         stop = true;
                         break;
                     }
@@ -71,7 +80,7 @@ pub(crate) fn run<E: ModelExecutor>(
             let ids: Vec<RequestId> = routes.keys().copied().collect();
             for id in ids {
                 core.abort(id);
-                send_error(&mut routes, &shared, id, StreamError::Shutdown);
+                send_error(&mut routes, id, StreamError::Shutdown);
             }
             break;
         }
@@ -88,7 +97,6 @@ pub(crate) fn run<E: ModelExecutor>(
                     core.abort(id);
                     send_error(
                         &mut routes,
-                        &shared,
                         id,
                         StreamError::Engine("internal error in the engine step".into()),
                     );
@@ -96,16 +104,8 @@ pub(crate) fn run<E: ModelExecutor>(
                 continue;
             }
         };
-        for id in core.take_admitted() {
-            if let Some(r) = routes.get_mut(&id)
-                && !r.admitted
-            {
-                r.admitted = true;
-                shared.queued.fetch_sub(1, Ordering::Relaxed);
-            }
-        }
         for out in outs {
-            deliver(out, &mut core, &mut routes, &shared);
+            deliver(out, &mut core, &mut routes);
         }
         publish(&core, &shared.stats);
     }
@@ -117,26 +117,23 @@ fn apply<E: ModelExecutor>(
     cmd: Command,
     core: &mut EngineCore<E>,
     routes: &mut HashMap<RequestId, Route>,
-    shared: &Shared,
 ) -> bool {
     match cmd {
-        Command::Add(req, tx, overflowed) => {
-            let id = req.id;
-            let n = req.params.n.max(1);
-            match core.add_request(*req) {
+        Command::Add(req, slots, tx, overflowed) => {
+            let id = req.get().id;
+            let remaining = req.get().params.n.max(1);
+            match core.add_checked(*req, slots) {
                 Ok(()) => {
                     routes.insert(
                         id,
                         Route {
                             tx,
                             overflowed,
-                            remaining: n,
-                            admitted: false,
+                            remaining,
                         },
                     );
                 }
                 Err(e) => {
-                    shared.queued.fetch_sub(1, Ordering::Relaxed);
                     let _ = tx.try_send(Err(StreamError::Rejected(e)));
                 }
             }
@@ -144,10 +141,11 @@ fn apply<E: ModelExecutor>(
         Command::Abort(id) => {
             // The reader is gone or stopped on a stop string: free the blocks now.
             core.abort(id);
-            if let Some(r) = routes.remove(&id)
-                && !r.admitted
-            {
-                shared.queued.fetch_sub(1, Ordering::Relaxed);
+            routes.remove(&id);
+        }
+        Command::AbortChoice(id, index) => {
+            if let Some(out) = core.abort_choice(id, index) {
+                deliver(out, core, routes);
             }
         }
         Command::Shutdown => return false,
@@ -159,7 +157,6 @@ fn deliver<E: ModelExecutor>(
     out: EngineOutput,
     core: &mut EngineCore<E>,
     routes: &mut HashMap<RequestId, Route>,
-    shared: &Shared,
 ) {
     let id = out.request_id;
     let Some(route) = routes.get_mut(&id) else {
@@ -169,7 +166,7 @@ fn deliver<E: ModelExecutor>(
     if let Some(FinishReason::Error(msg)) = &out.finish_reason {
         let msg = msg.clone();
         core.abort(id);
-        send_error(routes, shared, id, StreamError::Engine(msg));
+        send_error(routes, id, StreamError::Engine(msg));
         return;
     }
     match route.tx.try_send(Ok(out)) {
@@ -180,43 +177,26 @@ fn deliver<E: ModelExecutor>(
                 // The channel is full, so the error cannot be queued: the flag tells the
                 // reader, after the buffered items, that it was cut off.
                 r.overflowed.store(true, Ordering::Relaxed);
-                finish_route(&r, shared);
             }
             return;
         }
         Err(TrySendError::Closed(_)) => {
             core.abort(id);
-            if let Some(r) = routes.remove(&id) {
-                finish_route(&r, shared);
-            }
+            routes.remove(&id);
             return;
         }
     }
     if finished {
         route.remaining = route.remaining.saturating_sub(1);
-        if route.remaining == 0
-            && let Some(r) = routes.remove(&id)
-        {
-            finish_route(&r, shared);
+        if route.remaining == 0 {
+            routes.remove(&id);
         }
     }
 }
 
-fn finish_route(r: &Route, shared: &Shared) {
-    if !r.admitted {
-        shared.queued.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-fn send_error(
-    routes: &mut HashMap<RequestId, Route>,
-    shared: &Shared,
-    id: RequestId,
-    err: StreamError,
-) {
+fn send_error(routes: &mut HashMap<RequestId, Route>, id: RequestId, err: StreamError) {
     if let Some(r) = routes.remove(&id) {
         let _ = r.tx.try_send(Err(err));
-        finish_route(&r, shared);
     }
 }
 

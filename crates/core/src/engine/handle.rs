@@ -1,9 +1,9 @@
-//! `EngineHandle`: the thread-safe front of the engine thread. Adding a request checks it at
-//! once (so the caller can answer 400 or 429 before streaming) and returns its `RequestStream`;
-//! dropping the stream before it ends aborts the request, so a client that goes away frees its
-//! KV blocks within a step.
+//! `EngineHandle`: the thread-safe front of the engine thread. Submitting takes checked requests
+//! and their queue slots at once (so the caller can answer 400 or 429 before streaming) and
+//! returns a `RequestStream` each; dropping a stream before it ends aborts the request, so a
+//! client that goes away frees its KV blocks within a step.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -12,9 +12,11 @@ use thiserror::Error;
 use tokio::sync::mpsc as tmpsc;
 
 use super::engine_loop::{self, Command};
+use crate::admission::Admission;
 use crate::engine_core::{
     AddRequestError, EngineCore, EngineOutput, EngineRequest, EngineStats, ModelExecutor, RequestId,
 };
+use crate::validation::{CheckedRequest, RequestLimits};
 
 pub(crate) type StreamItem = Result<EngineOutput, StreamError>;
 
@@ -48,8 +50,6 @@ impl Default for HandleOptions {
 
 pub(crate) struct Shared {
     pub(crate) stats: Mutex<EngineStats>,
-    /// Requests added but not yet scheduled (the waiting queue, as the handle sees it).
-    pub(crate) queued: AtomicUsize,
 }
 
 /// The way in to a running engine. Cheap to share behind an `Arc`.
@@ -57,8 +57,8 @@ pub struct EngineHandle {
     tx: Mutex<mpsc::Sender<Command>>,
     shared: Arc<Shared>,
     next_id: AtomicU64,
-    max_waiting: usize,
-    max_model_len: usize,
+    admission: Arc<Admission>,
+    limits: RequestLimits,
     options: HandleOptions,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
@@ -72,10 +72,9 @@ impl EngineHandle {
         let (tx, rx) = mpsc::channel();
         let shared = Arc::new(Shared {
             stats: Mutex::new(core.stats()),
-            queued: AtomicUsize::new(0),
         });
-        let max_waiting = core.scheduler().config().max_waiting_requests;
-        let max_model_len = core.scheduler().config().max_model_len;
+        let admission = Arc::clone(core.admission());
+        let limits = core.limits();
         let thread_shared = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("pagoda-engine".into())
@@ -84,8 +83,8 @@ impl EngineHandle {
             tx: Mutex::new(tx),
             shared,
             next_id: AtomicU64::new(1),
-            max_waiting,
-            max_model_len,
+            admission,
+            limits,
             options,
             thread: Mutex::new(Some(thread)),
         })
@@ -93,41 +92,56 @@ impl EngineHandle {
 
     /// The model's context length as the engine enforces it.
     pub fn max_model_len(&self) -> usize {
-        self.max_model_len
+        self.limits.max_model_len
     }
 
-    /// Queues `prompt` with `params`; `req.id` is replaced by a fresh id. Fails at once when the
-    /// waiting queue is full or the engine is gone; other checks answer on the stream.
-    pub fn add_request(&self, mut req: EngineRequest) -> Result<RequestStream, StreamError> {
-        req.id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let queued = self.shared.queued.fetch_add(1, Ordering::Relaxed);
-        if queued >= self.max_waiting {
-            self.shared.queued.fetch_sub(1, Ordering::Relaxed);
-            return Err(StreamError::Rejected(AddRequestError::QueueFull(
-                self.max_waiting,
-            )));
-        }
-        let (otx, orx) = tmpsc::channel(self.options.output_buffer.max(1));
-        let overflowed = Arc::new(AtomicBool::new(false));
-        let remaining = req.params.n.max(1);
-        let id = req.id;
+    /// What the engine accepts; check requests with it before [`Self::submit`].
+    pub fn limits(&self) -> RequestLimits {
+        self.limits
+    }
+
+    /// Checks `req` and submits it alone; `req.id` is replaced by a fresh id.
+    pub fn add_request(&self, req: EngineRequest) -> Result<RequestStream, StreamError> {
+        let req = self
+            .limits
+            .check(req)
+            .map_err(|e| StreamError::Rejected(e.into()))?;
+        let mut streams = self.submit(vec![req])?;
+        streams.pop().ok_or(StreamError::Shutdown)
+    }
+
+    /// Queues checked requests together: their queue slots (one per sequence, `n` per request)
+    /// are taken all at once or not at all, so a refused batch leaves nothing queued. Each
+    /// request gets a fresh id and a stream, in order.
+    pub fn submit(&self, reqs: Vec<CheckedRequest>) -> Result<Vec<RequestStream>, StreamError> {
+        let total = reqs.iter().map(|r| r.get().params.n.max(1) as usize).sum();
+        let mut slots = self
+            .admission
+            .reserve(total)
+            .map_err(StreamError::Rejected)?;
         let cmd_tx = self.sender()?;
-        if cmd_tx
-            .send(Command::Add(Box::new(req), otx, Arc::clone(&overflowed)))
-            .is_err()
-        {
-            self.shared.queued.fetch_sub(1, Ordering::Relaxed);
-            return Err(StreamError::Shutdown);
+        let mut streams = Vec::with_capacity(reqs.len());
+        for mut req in reqs {
+            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+            req.set_id(id);
+            let n = req.get().params.n.max(1);
+            let (otx, orx) = tmpsc::channel(self.options.output_buffer.max(1));
+            let overflowed = Arc::new(AtomicBool::new(false));
+            let share = slots.split(n as usize);
+            let cmd = Command::Add(Box::new(req), share, otx, Arc::clone(&overflowed));
+            // A failed send drops the command with its slots; the streams made so far abort.
+            cmd_tx.send(cmd).map_err(|_| StreamError::Shutdown)?;
+            streams.push(RequestStream {
+                id,
+                rx: orx,
+                overflowed,
+                buffer: self.options.output_buffer,
+                remaining: n,
+                done: false,
+                cmd_tx: cmd_tx.clone(),
+            });
         }
-        Ok(RequestStream {
-            id,
-            rx: orx,
-            overflowed,
-            buffer: self.options.output_buffer,
-            remaining,
-            done: false,
-            cmd_tx,
-        })
+        Ok(streams)
     }
 
     /// Ends request `id` (its blocks are freed in the engine's next step).
@@ -142,9 +156,9 @@ impl EngineHandle {
         self.shared.stats.lock().map(|s| *s).unwrap_or_default()
     }
 
-    /// Requests waiting for their first step.
+    /// Sequences waiting for their first step.
     pub fn num_queued(&self) -> usize {
-        self.shared.queued.load(Ordering::Relaxed)
+        self.admission.waiting()
     }
 
     /// Aborts everything in flight, stops the thread and waits for it.
@@ -231,6 +245,14 @@ impl RequestStream {
                     Some(Err(StreamError::Shutdown))
                 }
             }
+        }
+    }
+
+    /// Ends choice `index` alone (a stop string matched in it); its final output (finish
+    /// reason `Abort`) still arrives on this stream, after any already buffered.
+    pub fn abort_choice(&self, index: u32) {
+        if !self.done {
+            let _ = self.cmd_tx.send(Command::AbortChoice(self.id, index));
         }
     }
 

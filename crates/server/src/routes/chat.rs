@@ -2,31 +2,29 @@
 //! chunks in OpenAI's order (role first, content deltas, a finish chunk per choice, the usage
 //! chunk when asked, `[DONE]`).
 
-use axum::Json;
-use axum::extract::State;
-use axum::response::{IntoResponse, Response};
-use futures_util::stream;
 use pagoda_protocol::{
     ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest,
     ChatCompletionResponse, ChatDelta, ChatLogprobs, ChatMessage, FinishReason, FunctionCallDelta,
     MessageContent, Role, ToolCallDelta, Usage,
 };
 
-use crate::body::JsonBody;
 use crate::chat_output::{ChoiceOutput, Split};
 use crate::chat_prompt::{content_text, render, tokenize};
 use crate::constraints;
 use crate::error::ApiError;
-use crate::generation::{ChoiceUpdate, Generation};
+use crate::generation::ChoiceUpdate;
 use crate::logprobs;
-use crate::routes::{now_secs, random_id, run_blocking};
-use crate::state::{AppState, InFlight};
-use crate::stream as sse;
+use crate::routes::{GenerationEndpoint, now_secs, random_id};
+use crate::state::AppState;
+use crate::stream::{self as sse, ChoiceFormatter};
 use crate::tools;
-use crate::validate::{self, GenRequest};
+use crate::valid_request::ValidRequest;
+use crate::validate;
+use crate::validation_error::ValidationError;
 
-struct Prepared {
-    request: GenRequest,
+/// A chat request, validated and rendered, with what its response needs.
+pub struct Chat {
+    request: ValidRequest,
     logprobs: bool,
     /// With `echo`: the final assistant message's text, put before the output.
     echo_text: Option<String>,
@@ -35,55 +33,42 @@ struct Prepared {
     prompt_text: String,
 }
 
-pub async fn chat_completions(
-    State(state): State<AppState>,
-    JsonBody(req): JsonBody<ChatCompletionRequest>,
-) -> Response {
-    match run(state.clone(), req).await {
-        Ok(r) => r,
-        Err(e) => super::rejected(&state, e),
+impl GenerationEndpoint for Chat {
+    type Wire = ChatCompletionRequest;
+    type Formatter = Formatter;
+
+    fn prepare(state: &AppState, req: ChatCompletionRequest) -> Result<Self, ApiError> {
+        prepare(state, req)
+    }
+
+    fn request(&self) -> &ValidRequest {
+        &self.request
+    }
+
+    fn formatter(self, state: &AppState, num_choices: usize) -> Formatter {
+        Formatter {
+            state: state.clone(),
+            id: random_id("chatcmpl"),
+            created: now_secs(),
+            model: state.config().served_model_name.clone(),
+            logprobs: self.logprobs,
+            echo_text: self.echo_text,
+            echoed: vec![false; num_choices],
+            outputs: (0..num_choices)
+                .map(|_| {
+                    ChoiceOutput::new(
+                        state.config().reasoning_parser,
+                        self.tool_format,
+                        &self.prompt_text,
+                    )
+                })
+                .collect(),
+            whole: Whole::new(num_choices, self.logprobs),
+        }
     }
 }
 
-async fn run(state: AppState, req: ChatCompletionRequest) -> Result<Response, ApiError> {
-    let guard = state.admit()?;
-    let st = state.clone();
-    let prepared = run_blocking(move || prepare(&st, req)).await?;
-    let loaded = state.loaded()?;
-    let generation = Generation::start(&state, loaded, &prepared.request)?;
-    let fmt = Formatter {
-        state: state.clone(),
-        id: random_id("chatcmpl"),
-        created: now_secs(),
-        model: state.config().served_model_name.clone(),
-        logprobs: prepared.logprobs,
-        echo_text: prepared.echo_text.clone(),
-        echoed: vec![false; generation.num_choices()],
-        outputs: (0..generation.num_choices())
-            .map(|_| {
-                ChoiceOutput::new(
-                    state.config().reasoning_parser,
-                    prepared.tool_format,
-                    &prepared.prompt_text,
-                )
-            })
-            .collect(),
-    };
-    if prepared.request.stream {
-        Ok(sse::sse_response(events(
-            generation,
-            fmt,
-            prepared.request.include_usage,
-            guard,
-        )))
-    } else {
-        collect(generation, fmt)
-            .await
-            .map(|r| Json(r).into_response())
-    }
-}
-
-fn prepare(state: &AppState, req: ChatCompletionRequest) -> Result<Prepared, ApiError> {
+fn prepare(state: &AppState, req: ChatCompletionRequest) -> Result<Chat, ApiError> {
     validate::reject_unknown(&req.extra)?;
     validate::check_model(state, &req.model)?;
     let loaded = state.loaded()?;
@@ -115,10 +100,11 @@ fn prepare(state: &AppState, req: ChatCompletionRequest) -> Result<Prepared, Api
     };
     let constraint = match (requested, tool_constraint) {
         (Some(_), Some(_)) => {
-            return Err(ApiError::invalid(
-                "tool_choice",
-                "a constrained `tool_choice` cannot be combined with `response_format` or `structured_outputs`",
-            ));
+            return Err(ValidationError::Conflict {
+                field: "tool_choice",
+                with: "`response_format` or `structured_outputs` (when it constrains the reply)",
+            }
+            .into());
         }
         (Some((c, field)), None) => Some(constraints::compile(loaded, c, field)?),
         (None, Some(c)) => Some(constraints::compile(loaded, c, "tools")?),
@@ -203,16 +189,16 @@ fn prepare(state: &AppState, req: ChatCompletionRequest) -> Result<Prepared, Api
         (Some(m), _) => (Some(m), "max_completion_tokens"),
         (None, m) => (m, "max_tokens"),
     };
-    let fields = validate::sampling_fields!(
+    let mut fields = validate::sampling_fields!(
         &req,
         chat: true,
         max_tokens: max_tokens,
         max_tokens_field: field,
         logprobs: top,
     );
-    let mut request = validate::build(state, loaded, &fields, vec![prompt])?;
-    request.params.constraint = constraint;
-    Ok(Prepared {
+    fields.constraint = constraint;
+    let request = validate::build(state, loaded, &fields, vec![prompt])?;
+    Ok(Chat {
         request,
         logprobs,
         echo_text,
@@ -221,7 +207,8 @@ fn prepare(state: &AppState, req: ChatCompletionRequest) -> Result<Prepared, Api
     })
 }
 
-struct Formatter {
+/// The chat response's writer: SSE chunks, or the whole response gathered in `whole`.
+pub struct Formatter {
     state: AppState,
     id: String,
     created: u64,
@@ -231,6 +218,34 @@ struct Formatter {
     echoed: Vec<bool>,
     /// Per choice: reasoning and tool-call parsing of the text.
     outputs: Vec<ChoiceOutput>,
+    whole: Whole,
+}
+
+/// The non-stream response as it is gathered.
+struct Whole {
+    choices: Vec<ChatChoice>,
+    reasoning: Vec<String>,
+    calls: Vec<Vec<pagoda_protocol::ToolCall>>,
+}
+
+impl Whole {
+    fn new(num_choices: usize, logprobs: bool) -> Self {
+        Self {
+            choices: (0..num_choices as u32)
+                .map(|index| ChatChoice {
+                    index,
+                    message: ChatMessage::new(Role::Assistant, ""),
+                    logprobs: logprobs.then(|| ChatLogprobs {
+                        content: Some(Vec::new()),
+                    }),
+                    finish_reason: None,
+                    stop_reason: None,
+                })
+                .collect(),
+            reasoning: vec![String::new(); num_choices],
+            calls: vec![Vec::new(); num_choices],
+        }
+    }
 }
 
 impl Formatter {
@@ -279,7 +294,7 @@ impl Formatter {
     /// The SSE events of one update: a content / reasoning chunk if it adds text, two chunks
     /// per completed tool call (id, type and name; then the arguments), a finish chunk if it
     /// ends.
-    fn events(&mut self, u: ChoiceUpdate) -> String {
+    fn update_events(&mut self, u: ChoiceUpdate) -> String {
         let (split, lp, finish) = self.parts(&u);
         let mut out = String::new();
         let has_lp = lp
@@ -348,33 +363,43 @@ fn chunk_choice(
     }
 }
 
-async fn collect(
-    mut generation: Generation,
-    mut fmt: Formatter,
-) -> Result<ChatCompletionResponse, ApiError> {
-    let mut choices: Vec<ChatChoice> = (0..generation.num_choices() as u32)
-        .map(|index| ChatChoice {
-            index,
-            message: ChatMessage::new(Role::Assistant, ""),
-            logprobs: fmt.logprobs.then(|| ChatLogprobs {
-                content: Some(Vec::new()),
-            }),
-            finish_reason: None,
-            stop_reason: None,
-        })
-        .collect();
-    let mut reasoning: Vec<String> = vec![String::new(); choices.len()];
-    let mut calls: Vec<Vec<pagoda_protocol::ToolCall>> = vec![Vec::new(); choices.len()];
-    while let Some(item) = generation.next().await {
-        let u = item?;
-        let (split, lp, finish) = fmt.parts(&u);
+impl ChoiceFormatter for Formatter {
+    type Response = ChatCompletionResponse;
+
+    /// One role chunk per choice, first (OpenAI's order).
+    fn opening(&mut self, num_choices: usize) -> String {
+        let mut out = String::new();
+        for index in 0..num_choices as u32 {
+            let delta = ChatDelta {
+                role: Some(Role::Assistant),
+                content: Some(String::new()),
+                ..Default::default()
+            };
+            out.push_str(&sse::data(
+                &self.chunk(vec![chunk_choice(index, delta, None, None)], None),
+            ));
+        }
+        out
+    }
+
+    fn events(&mut self, u: ChoiceUpdate) -> String {
+        self.update_events(u)
+    }
+
+    fn usage_event(&self, usage: Usage) -> String {
+        sse::data(&self.chunk(Vec::new(), Some(usage)))
+    }
+
+    fn absorb(&mut self, u: ChoiceUpdate) {
+        let (split, lp, finish) = self.parts(&u);
         let i = u.index as usize;
-        let c = &mut choices[i];
+        let w = &mut self.whole;
+        let c = &mut w.choices[i];
         if let Some(MessageContent::Text(t)) = c.message.content.as_mut() {
             t.push_str(&split.content);
         }
-        reasoning[i].push_str(&split.reasoning);
-        calls[i].extend(split.calls.into_iter().map(|(_, call)| call));
+        w.reasoning[i].push_str(&split.reasoning);
+        w.calls[i].extend(split.calls.into_iter().map(|(_, call)| call));
         if let (Some(all), Some(new)) = (
             c.logprobs.as_mut().and_then(|l| l.content.as_mut()),
             lp.and_then(|l| l.content),
@@ -386,79 +411,34 @@ async fn collect(
             c.stop_reason = f.stop_reason;
         }
     }
-    for ((c, r), calls) in choices.iter_mut().zip(reasoning).zip(calls) {
-        if !r.is_empty() {
-            c.message.reasoning_content = Some(r);
-        }
-        if !calls.is_empty() {
-            // OpenAI: content is null when the reply is only calls.
-            if matches!(&c.message.content, Some(MessageContent::Text(t)) if t.is_empty()) {
-                c.message.content = None;
+
+    fn response(self, usage: Usage) -> ChatCompletionResponse {
+        let Whole {
+            mut choices,
+            reasoning,
+            calls,
+        } = self.whole;
+        for ((c, r), calls) in choices.iter_mut().zip(reasoning).zip(calls) {
+            if !r.is_empty() {
+                c.message.reasoning_content = Some(r);
             }
-            c.message.tool_calls = Some(calls);
+            if !calls.is_empty() {
+                // OpenAI: content is null when the reply is only calls.
+                if matches!(&c.message.content, Some(MessageContent::Text(t)) if t.is_empty()) {
+                    c.message.content = None;
+                }
+                c.message.tool_calls = Some(calls);
+            }
+        }
+        ChatCompletionResponse {
+            id: self.id,
+            object: "chat.completion".to_owned(),
+            created: self.created,
+            model: self.model,
+            choices,
+            usage: Some(usage),
+            system_fingerprint: None,
+            service_tier: None,
         }
     }
-    Ok(ChatCompletionResponse {
-        id: fmt.id.clone(),
-        object: "chat.completion".to_owned(),
-        created: fmt.created,
-        model: fmt.model.clone(),
-        choices,
-        usage: Some(generation.usage()),
-        system_fingerprint: None,
-        service_tier: None,
-    })
-}
-
-fn events(
-    generation: Generation,
-    fmt: Formatter,
-    include_usage: bool,
-    guard: InFlight,
-) -> impl futures_util::Stream<Item = String> + Send + 'static {
-    // Step 0 sends the role chunks; then one step per update; the last step sends the usage
-    // chunk and [DONE]; after an error event the stream ends.
-    stream::unfold(
-        (generation, fmt, 0u8, guard),
-        move |(mut generation, mut fmt, phase, guard)| async move {
-            match phase {
-                0 => {
-                    let mut out = String::new();
-                    for index in 0..generation.num_choices() as u32 {
-                        let delta = ChatDelta {
-                            role: Some(Role::Assistant),
-                            content: Some(String::new()),
-                            ..Default::default()
-                        };
-                        out.push_str(&sse::data(
-                            &fmt.chunk(vec![chunk_choice(index, delta, None, None)], None),
-                        ));
-                    }
-                    Some((out, (generation, fmt, 1, guard)))
-                }
-                1 => loop {
-                    match generation.next().await {
-                        Some(Ok(u)) => {
-                            let out = fmt.events(u);
-                            if !out.is_empty() {
-                                return Some((out, (generation, fmt, 1, guard)));
-                            }
-                        }
-                        Some(Err(e)) => return Some((sse::error(&e), (generation, fmt, 2, guard))),
-                        None => {
-                            let mut out = String::new();
-                            if include_usage {
-                                out.push_str(&sse::data(
-                                    &fmt.chunk(Vec::new(), Some(generation.usage())),
-                                ));
-                            }
-                            out.push_str(&sse::done());
-                            return Some((out, (generation, fmt, 2, guard)));
-                        }
-                    }
-                },
-                _ => None,
-            }
-        },
-    )
 }

@@ -1,79 +1,80 @@
 //! `POST /v1/completions`: prompts (text, texts, token ids, token-id batches) -> choices
 //! indexed prompt-major, with `echo`, legacy logprobs, `n`, stop strings; JSON or SSE.
 
-use axum::Json;
-use axum::extract::State;
-use axum::response::{IntoResponse, Response};
-use futures_util::stream;
 use pagoda_protocol::{
     CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse,
     CompletionStreamChunk, Prompt, Usage,
 };
 
-use crate::body::JsonBody;
 use crate::constraints;
 use crate::error::ApiError;
-use crate::generation::{ChoiceUpdate, Generation};
+use crate::generation::ChoiceUpdate;
 use crate::logprobs;
-use crate::routes::{now_secs, random_id, run_blocking};
-use crate::state::{AppState, InFlight, Loaded};
-use crate::stream as sse;
-use crate::validate::{self, GenRequest};
+use crate::routes::{GenerationEndpoint, now_secs, random_id};
+use crate::state::{AppState, Loaded};
+use crate::stream::{self as sse, ChoiceFormatter};
+use crate::valid_request::ValidRequest;
+use crate::validate;
+use crate::validation_error::ValidationError;
 
-/// What the response needs besides the generation.
-struct Prepared {
-    request: GenRequest,
+/// A completions request, validated, with what its response needs.
+pub struct Completions {
+    request: ValidRequest,
     echo: bool,
     logprobs: bool,
     /// Echo text of each prompt.
     prompt_texts: Vec<String>,
 }
 
-pub async fn completions(
-    State(state): State<AppState>,
-    JsonBody(req): JsonBody<CompletionRequest>,
-) -> Response {
-    match run(state.clone(), req).await {
-        Ok(r) => r,
-        Err(e) => super::rejected(&state, e),
+impl GenerationEndpoint for Completions {
+    type Wire = CompletionRequest;
+    type Formatter = Formatter;
+
+    fn prepare(state: &AppState, req: CompletionRequest) -> Result<Self, ApiError> {
+        Ok(prepare(state, state.loaded()?, req)?)
+    }
+
+    fn request(&self) -> &ValidRequest {
+        &self.request
+    }
+
+    fn formatter(self, state: &AppState, num_choices: usize) -> Formatter {
+        Formatter {
+            state: state.clone(),
+            id: random_id("cmpl"),
+            created: now_secs(),
+            model: state.config().served_model_name.clone(),
+            echo: self.echo,
+            logprobs: self.logprobs,
+            prompt_texts: self.prompt_texts,
+            prompts: (0..self.request.num_prompts())
+                .map(|p| self.request.prompt(p).to_vec())
+                .collect(),
+            n: self.request.n as usize,
+            echoed: vec![false; num_choices],
+            offsets: vec![0; num_choices],
+            choices: (0..num_choices as u32).map(empty_choice).collect(),
+        }
     }
 }
 
-async fn run(state: AppState, req: CompletionRequest) -> Result<Response, ApiError> {
-    let guard = state.admit()?;
-    let st = state.clone();
-    let prepared = run_blocking(move || prepare(&st, req)).await?;
-    let loaded = state.loaded()?;
-    let generation = Generation::start(&state, loaded, &prepared.request)?;
-    let fmt = Formatter::new(&state, &prepared, generation.num_choices());
-    if prepared.request.stream {
-        Ok(sse::sse_response(events(
-            generation,
-            fmt,
-            prepared.request.include_usage,
-            guard,
-        )))
-    } else {
-        collect(generation, fmt)
-            .await
-            .map(|r| Json(r).into_response())
-    }
-}
-
-fn prepare(state: &AppState, req: CompletionRequest) -> Result<Prepared, ApiError> {
+fn prepare(
+    state: &AppState,
+    loaded: &Loaded,
+    req: CompletionRequest,
+) -> Result<Completions, ValidationError> {
     validate::reject_unknown(&req.extra)?;
     validate::check_model(state, &req.model)?;
-    let loaded = state.loaded()?;
     if let Some(b) = req.best_of
         && b != req.n.unwrap_or(1)
     {
-        return Err(ApiError::unsupported(
+        return Err(ValidationError::unsupported(
             "best_of",
             "only `best_of` equal to `n` is supported",
         ));
     }
     if req.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
-        return Err(ApiError::unsupported(
+        return Err(ValidationError::unsupported(
             "suffix",
             "insertion is not supported",
         ));
@@ -114,20 +115,20 @@ fn prepare(state: &AppState, req: CompletionRequest) -> Result<Prepared, ApiErro
                 .collect(),
         ),
     };
-    let fields = validate::sampling_fields!(
+    let echo = req.echo.unwrap_or(false);
+    let mut fields = validate::sampling_fields!(
         &req,
         chat: false,
         max_tokens: Some(req.max_tokens.unwrap_or(16)),
         max_tokens_field: "max_tokens",
         logprobs: req.logprobs,
     );
-    let mut request = validate::build(state, loaded, &fields, prompts)?;
-    request.params.constraint = constraint;
-    let echo = req.echo.unwrap_or(false);
+    fields.constraint = constraint;
     if echo && req.logprobs.is_some() {
-        request.params.prompt_logprobs = req.logprobs;
+        fields.prompt_logprobs = req.logprobs;
     }
-    Ok(Prepared {
+    let request = validate::build(state, loaded, &fields, prompts)?;
+    Ok(Completions {
         request,
         echo,
         logprobs: req.logprobs.is_some(),
@@ -137,15 +138,19 @@ fn prepare(state: &AppState, req: CompletionRequest) -> Result<Prepared, ApiErro
 
 /// Token ids to echo text; out-of-vocabulary ids are caught later by validation.
 fn decode_checked(loaded: &Loaded, ids: &[u32], skip: bool) -> String {
-    if ids.iter().all(|&t| (t as usize) < loaded.vocab_size) {
+    if ids
+        .iter()
+        .all(|&t| (t as usize) < loaded.engine.limits().vocab_size)
+    {
         loaded.tokenizer.decode(ids, skip)
     } else {
         String::new()
     }
 }
 
-/// Per-choice state shared by the JSON and SSE forms: echo, running logprobs offsets.
-struct Formatter {
+/// Per-choice state shared by the JSON and SSE forms: echo, running logprobs offsets, and the
+/// whole response's choices.
+pub struct Formatter {
     state: AppState,
     id: String,
     created: u64,
@@ -157,25 +162,10 @@ struct Formatter {
     n: usize,
     echoed: Vec<bool>,
     offsets: Vec<u32>,
+    choices: Vec<CompletionChoice>,
 }
 
 impl Formatter {
-    fn new(state: &AppState, p: &Prepared, choices: usize) -> Self {
-        Self {
-            state: state.clone(),
-            id: random_id("cmpl"),
-            created: now_secs(),
-            model: state.config().served_model_name.clone(),
-            echo: p.echo,
-            logprobs: p.logprobs,
-            prompt_texts: p.prompt_texts.clone(),
-            prompts: p.request.prompts.clone(),
-            n: p.request.n as usize,
-            echoed: vec![false; choices],
-            offsets: vec![0; choices],
-        }
-    }
-
     /// The wire choice for one update (text is the delta, echo included on the first).
     fn choice(&mut self, u: ChoiceUpdate) -> CompletionChoice {
         let i = u.index as usize;
@@ -237,16 +227,25 @@ fn empty_choice(index: u32) -> CompletionChoice {
     }
 }
 
-async fn collect(
-    mut generation: Generation,
-    mut fmt: Formatter,
-) -> Result<CompletionResponse, ApiError> {
-    let mut choices: Vec<CompletionChoice> = (0..generation.num_choices() as u32)
-        .map(empty_choice)
-        .collect();
-    while let Some(item) = generation.next().await {
-        let part = fmt.choice(item?);
-        let c = &mut choices[part.index as usize];
+impl ChoiceFormatter for Formatter {
+    type Response = CompletionResponse;
+
+    fn events(&mut self, u: ChoiceUpdate) -> String {
+        let echo_pending = self.echo && !self.echoed[u.index as usize];
+        if u.text.is_empty() && u.finish.is_none() && u.logprobs.is_empty() && !echo_pending {
+            return String::new();
+        }
+        let choice = self.choice(u);
+        sse::data(&self.chunk(vec![choice], None))
+    }
+
+    fn usage_event(&self, usage: Usage) -> String {
+        sse::data(&self.chunk(Vec::new(), Some(usage)))
+    }
+
+    fn absorb(&mut self, u: ChoiceUpdate) {
+        let part = self.choice(u);
+        let c = &mut self.choices[part.index as usize];
         c.text.push_str(&part.text);
         if let Some(lp) = part.logprobs {
             let all = c.logprobs.get_or_insert_with(CompletionLogprobs::default);
@@ -260,59 +259,16 @@ async fn collect(
             c.stop_reason = part.stop_reason;
         }
     }
-    Ok(CompletionResponse {
-        id: fmt.id.clone(),
-        object: CompletionResponse::OBJECT.to_owned(),
-        created: fmt.created,
-        model: fmt.model.clone(),
-        choices,
-        usage: Some(generation.usage()),
-        system_fingerprint: None,
-    })
-}
 
-fn events(
-    generation: Generation,
-    fmt: Formatter,
-    include_usage: bool,
-    guard: InFlight,
-) -> impl futures_util::Stream<Item = String> + Send + 'static {
-    // One step per update; the last step sends the usage chunk and [DONE]; after an error
-    // event the stream ends.
-    stream::unfold(
-        (generation, fmt, false, guard),
-        move |(mut generation, mut fmt, ended, guard)| async move {
-            if ended {
-                return None;
-            }
-            loop {
-                match generation.next().await {
-                    Some(Ok(u)) => {
-                        let echo_pending = fmt.echo && !fmt.echoed[u.index as usize];
-                        if u.text.is_empty()
-                            && u.finish.is_none()
-                            && u.logprobs.is_empty()
-                            && !echo_pending
-                        {
-                            continue;
-                        }
-                        let choice = fmt.choice(u);
-                        let chunk = fmt.chunk(vec![choice], None);
-                        return Some((sse::data(&chunk), (generation, fmt, false, guard)));
-                    }
-                    Some(Err(e)) => return Some((sse::error(&e), (generation, fmt, true, guard))),
-                    None => {
-                        let mut out = String::new();
-                        if include_usage {
-                            out.push_str(&sse::data(
-                                &fmt.chunk(Vec::new(), Some(generation.usage())),
-                            ));
-                        }
-                        out.push_str(&sse::done());
-                        return Some((out, (generation, fmt, true, guard)));
-                    }
-                }
-            }
-        },
-    )
+    fn response(self, usage: Usage) -> CompletionResponse {
+        CompletionResponse {
+            id: self.id,
+            object: CompletionResponse::OBJECT.to_owned(),
+            created: self.created,
+            model: self.model,
+            choices: self.choices,
+            usage: Some(usage),
+            system_fingerprint: None,
+        }
+    }
 }

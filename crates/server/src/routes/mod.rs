@@ -10,11 +10,70 @@ pub mod tokenize;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use axum::Json;
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
+use crate::body::{JsonBody, WireRequest};
 use crate::error::ApiError;
+use crate::generation::Generation;
 use crate::state::AppState;
+use crate::stream::{self as sse, ChoiceFormatter};
+use crate::valid_request::ValidRequest;
+
+/// A generation endpoint (chat, completions, ...): its wire request becomes a `ValidRequest`
+/// plus what its formatter needs; [`generate`] does the rest the same way for all of them.
+pub trait GenerationEndpoint: Sized + Send + 'static {
+    type Wire: WireRequest + Send + 'static;
+    type Formatter: ChoiceFormatter;
+
+    /// Validation, chat template and tokenization (blocking: run off the async runtime).
+    fn prepare(state: &AppState, wire: Self::Wire) -> Result<Self, ApiError>;
+
+    fn request(&self) -> &ValidRequest;
+
+    fn formatter(self, state: &AppState, num_choices: usize) -> Self::Formatter;
+}
+
+/// The handler of every generation endpoint: admit (503 while loading or draining), prepare,
+/// submit (429/400 before any byte is sent), then stream SSE or answer one JSON body.
+pub async fn generate<E: GenerationEndpoint>(
+    State(state): State<AppState>,
+    JsonBody(req): JsonBody<E::Wire>,
+) -> Response {
+    match run::<E>(state.clone(), req).await {
+        Ok(r) => r,
+        Err(e) => rejected(&state, e),
+    }
+}
+
+async fn run<E: GenerationEndpoint>(state: AppState, req: E::Wire) -> Result<Response, ApiError> {
+    let guard = state.admit()?;
+    let st = state.clone();
+    let prepared = run_blocking(move || E::prepare(&st, req)).await?;
+    let loaded = state.loaded()?;
+    let generation = Generation::start(
+        &loaded.engine,
+        &loaded.tokenizer,
+        prepared.request(),
+        Some(state.shared_metrics()),
+    )?;
+    let (stream, include_usage) = (prepared.request().stream, prepared.request().include_usage);
+    let fmt = prepared.formatter(&state, generation.num_choices());
+    if stream {
+        Ok(sse::sse_response(sse::events(
+            generation,
+            fmt,
+            include_usage,
+            guard,
+        )))
+    } else {
+        let response = sse::collect(generation, fmt).await?;
+        drop(guard);
+        Ok(Json(response).into_response())
+    }
+}
 
 /// Unix seconds now (`created`).
 pub fn now_secs() -> u64 {

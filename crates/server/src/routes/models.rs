@@ -11,7 +11,7 @@ pub async fn models(State(state): State<AppState>) -> Response {
     let mut card = ModelCard::new(&state.config().served_model_name, state.created(), "pagoda");
     if let Ok(l) = state.loaded() {
         card.root = Some(l.model_path.clone());
-        card.max_model_len = Some(l.max_model_len as u32);
+        card.max_model_len = Some(l.engine.max_model_len() as u32);
     }
     Json(ModelList::new(vec![card])).into_response()
 }

@@ -71,7 +71,7 @@ fn tokenize_blocking(state: &AppState, req: TokenizeRequest) -> Result<TokenizeR
     });
     Ok(TokenizeResponse {
         count: tokens.len() as u32,
-        max_model_len: Some(loaded.max_model_len as u32),
+        max_model_len: Some(loaded.engine.max_model_len() as u32),
         tokens,
         token_strs,
     })
@@ -90,13 +90,13 @@ pub async fn detokenize(
         if let Some(&bad) = req
             .tokens
             .iter()
-            .find(|&&t| t as usize >= loaded.vocab_size)
+            .find(|&&t| t as usize >= loaded.engine.limits().vocab_size)
         {
             return Err(ApiError::invalid(
                 "tokens",
                 format!(
                     "token id {bad} is outside the vocabulary of {} tokens",
-                    loaded.vocab_size
+                    loaded.engine.limits().vocab_size
                 ),
             ));
         }

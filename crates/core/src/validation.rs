@@ -1,0 +1,195 @@
+//! The one check of a request against the engine it goes to: a prompt, token ids inside the
+//! vocabulary, prompt + `max_tokens` inside the context, sampling parameters inside their bounds.
+//! Passing it is the only way to get a `CheckedRequest`, which is what the engine accepts.
+
+use thiserror::Error;
+
+use crate::engine_core::EngineRequest;
+use crate::sampling_params::SamplingParamsError;
+
+/// What the engine can take: fixed when the engine is built, known to every front end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RequestLimits {
+    pub vocab_size: usize,
+    /// Longest prompt + generation.
+    pub max_model_len: usize,
+}
+
+/// A request that passed [`RequestLimits::check`]; the engine only debug-asserts it again.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CheckedRequest(EngineRequest);
+
+impl CheckedRequest {
+    pub fn get(&self) -> &EngineRequest {
+        &self.0
+    }
+
+    pub fn into_inner(self) -> EngineRequest {
+        self.0
+    }
+
+    /// The engine's id for it (assigned by whoever submits it).
+    pub(crate) fn set_id(&mut self, id: crate::engine_core::RequestId) {
+        self.0.id = id;
+    }
+}
+
+/// A request the engine will never run as sent, naming the field, the bound and the value.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ValidationError {
+    #[error("{}", self.describe(&|f| f))]
+    EmptyPrompt,
+    #[error("{}", self.describe(&|f| f))]
+    BadToken {
+        token: u32,
+        position: usize,
+        vocab_size: usize,
+    },
+    #[error("{}", self.describe(&|f| f))]
+    TooLong {
+        prompt: usize,
+        max_tokens: usize,
+        total: usize,
+        max_model_len: usize,
+    },
+    #[error(transparent)]
+    Params(#[from] SamplingParamsError),
+}
+
+impl ValidationError {
+    /// The request field at fault, in the engine's names (`prompt`, `max_tokens`, ...).
+    pub fn field(&self) -> &'static str {
+        match self {
+            Self::EmptyPrompt | Self::BadToken { .. } => "prompt",
+            Self::TooLong {
+                prompt,
+                max_model_len,
+                ..
+            } if prompt >= max_model_len => "prompt",
+            Self::TooLong { .. } => "max_tokens",
+            Self::Params(e) => e.field(),
+        }
+    }
+
+    /// The message, with each engine field name passed through `name`, so an API whose field
+    /// is called `max_completion_tokens` or `messages` says so.
+    pub fn describe(&self, name: &dyn Fn(&'static str) -> &'static str) -> String {
+        let prompt = name("prompt");
+        match self {
+            Self::EmptyPrompt => format!("`{prompt}` has no tokens"),
+            Self::BadToken {
+                token,
+                position,
+                vocab_size,
+            } => format!(
+                "`{prompt}` token id {token} at position {position} is outside the vocabulary of {vocab_size} tokens"
+            ),
+            Self::TooLong {
+                prompt: len,
+                max_model_len,
+                ..
+            } if len >= max_model_len => format!(
+                "this model's maximum context length is {max_model_len} tokens, and the prompt has {len} tokens (at least one token must be left to generate)"
+            ),
+            Self::TooLong {
+                prompt: len,
+                max_tokens,
+                total,
+                max_model_len,
+            } => format!(
+                "this model's maximum context length is {max_model_len} tokens; the prompt has {len} tokens and `{}` is {max_tokens}: {total} exceeds it",
+                name("max_tokens")
+            ),
+            Self::Params(e) => e.describe(name),
+        }
+    }
+}
+
+impl RequestLimits {
+    /// Checks `req` against every bound; the first one broken is the error.
+    pub fn check(&self, req: EngineRequest) -> Result<CheckedRequest, ValidationError> {
+        if req.prompt_token_ids.is_empty() {
+            return Err(ValidationError::EmptyPrompt);
+        }
+        req.params.validate()?;
+        req.params.validate_against_vocab(self.vocab_size)?;
+        if let Some((position, &token)) = req
+            .prompt_token_ids
+            .iter()
+            .enumerate()
+            .find(|(_, t)| **t as usize >= self.vocab_size)
+        {
+            return Err(ValidationError::BadToken {
+                token,
+                position,
+                vocab_size: self.vocab_size,
+            });
+        }
+        let prompt = req.prompt_token_ids.len();
+        let max_tokens = req.params.max_tokens as usize;
+        let total = prompt + max_tokens;
+        if prompt >= self.max_model_len || total > self.max_model_len {
+            return Err(ValidationError::TooLong {
+                prompt,
+                max_tokens,
+                total,
+                max_model_len: self.max_model_len,
+            });
+        }
+        Ok(CheckedRequest(req))
+    }
+
+    /// `max_tokens` for a request that gave none: whatever room the context leaves (at least 1,
+    /// so that a prompt that fills the context fails the check on the prompt, not here).
+    pub fn room_after(&self, prompt_len: usize) -> u32 {
+        let room = self.max_model_len.saturating_sub(prompt_len).max(1);
+        u32::try_from(room).unwrap_or(u32::MAX)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::SamplingParams;
+
+    fn req(prompt: Vec<u32>, max_tokens: u32) -> EngineRequest {
+        EngineRequest {
+            id: 0,
+            prompt_token_ids: prompt,
+            params: SamplingParams::greedy(max_tokens),
+            priority: 0,
+            extra_keys: Default::default(),
+        }
+    }
+
+    #[test]
+    fn each_bound_names_its_field() {
+        let l = RequestLimits {
+            vocab_size: 10,
+            max_model_len: 8,
+        };
+        assert!(l.check(req(vec![1, 2], 6)).is_ok());
+        let field = |r| l.check(r).unwrap_err().field();
+        assert_eq!(field(req(vec![], 1)), "prompt");
+        assert_eq!(field(req(vec![1, 10], 1)), "prompt");
+        assert_eq!(field(req(vec![1; 8], 1)), "prompt");
+        assert_eq!(field(req(vec![1; 2], 7)), "max_tokens");
+        assert_eq!(field(req(vec![1; 2], 0)), "max_tokens");
+        let e = l.check(req(vec![1; 2], 7)).unwrap_err();
+        let renamed = e.describe(&|f| {
+            if f == "max_tokens" {
+                "max_completion_tokens"
+            } else {
+                f
+            }
+        });
+        assert!(
+            renamed.contains("`max_completion_tokens` is 7"),
+            "{renamed}"
+        );
+        assert!(e.to_string().contains("`max_tokens` is 7"), "{e}");
+        assert_eq!(l.room_after(3), 5);
+        assert_eq!(l.room_after(9), 1);
+    }
+}

@@ -1,0 +1,114 @@
+//! Loading a model into a running engine, the one sequence `pagoda serve` and `pagoda generate`
+//! share: open the GGUF, build the tokenizer and chat template, load and size the engine, start
+//! its thread and run one warm-up token through it.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use pagoda_core::engine::{EngineHandle, HandleOptions};
+use pagoda_core::{EngineRequest, SamplingParams};
+use pagoda_frontend::{ChatTemplate, Tokenizer};
+use pagoda_gguf::GgufFile;
+use pagoda_model::{EngineSetup, KvReport, Model};
+use pagoda_structured::StructuredOutputs;
+
+/// Why the model could not be loaded and started.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("cannot open model {path}: {message}")]
+    Open { path: String, message: String },
+    #[error("cannot build the tokenizer: {0}")]
+    Tokenizer(String),
+    #[error("cannot load the chat template: {0}")]
+    Template(String),
+    #[error("cannot load the model: {0}")]
+    Model(String),
+    #[error("cannot start the engine thread: {0}")]
+    Thread(#[from] std::io::Error),
+    #[error("warm-up request failed: {0}")]
+    WarmUp(String),
+    #[error("a model is already loaded")]
+    AlreadyLoaded,
+}
+
+/// How to load.
+#[derive(Clone, Debug)]
+pub struct LoadOptions<'a> {
+    pub setup: &'a EngineSetup,
+    /// A Jinja chat template to use instead of the model's own.
+    pub chat_template: Option<&'a str>,
+    /// Outputs buffered per request before a reader that fell behind is cut off.
+    pub output_buffer: usize,
+}
+
+/// A model serving from its own engine thread, with its text edge.
+pub struct LoadedModel {
+    pub engine: EngineHandle,
+    pub tokenizer: Arc<Tokenizer>,
+    pub template: ChatTemplate,
+    /// Compiles constraints against this model's vocabulary (its token trie is built lazily).
+    pub structured: Arc<StructuredOutputs>,
+    pub report: KvReport,
+}
+
+/// Loads the GGUF at `path` and starts its engine; blocks (call it from a plain thread or
+/// `spawn_blocking`). The engine has run one token when this returns.
+pub fn load_engine(path: &Path, opts: &LoadOptions<'_>) -> Result<LoadedModel, LoadError> {
+    let open_err = |message: String| LoadError::Open {
+        path: path.display().to_string(),
+        message,
+    };
+    let file = Arc::new(GgufFile::open(path).map_err(|e| open_err(e.to_string()))?);
+    let tokenizer =
+        Arc::new(Tokenizer::from_gguf(&file).map_err(|e| LoadError::Tokenizer(e.to_string()))?);
+    let template = ChatTemplate::from_gguf(&file, opts.chat_template)
+        .map_err(|e| LoadError::Template(e.to_string()))?;
+    let model = Model::load(file).map_err(|e| LoadError::Model(e.to_string()))?;
+    let (core, report) = pagoda_model::build_engine(model, opts.setup)
+        .map_err(|e| LoadError::Model(e.to_string()))?;
+    tracing::info!(
+        num_blocks = report.num_blocks,
+        max_model_len = report.max_model_len,
+        "engine built"
+    );
+    let engine = EngineHandle::start(
+        core,
+        HandleOptions {
+            output_buffer: opts.output_buffer,
+        },
+    )?;
+    warm_up(&engine, &tokenizer)?;
+    let structured = Arc::new(StructuredOutputs::new(Arc::clone(&tokenizer)));
+    Ok(LoadedModel {
+        engine,
+        tokenizer,
+        template,
+        structured,
+        report,
+    })
+}
+
+/// One greedy token through the whole stack, so the first client does not pay for page faults
+/// in the weights and the thread pool's start-up.
+fn warm_up(engine: &EngineHandle, tokenizer: &Tokenizer) -> Result<(), LoadError> {
+    let mut prompt = tokenizer.encode("Hello", true, false);
+    if prompt.is_empty() {
+        prompt.push(0);
+    }
+    let mut stream = engine
+        .add_request(EngineRequest {
+            id: 0,
+            prompt_token_ids: prompt,
+            params: SamplingParams::greedy(1),
+            priority: 0,
+            extra_keys: Default::default(),
+        })
+        .map_err(|e| LoadError::WarmUp(e.to_string()))?;
+    while let Some(item) = stream.blocking_recv() {
+        let out = item.map_err(|e| LoadError::WarmUp(e.to_string()))?;
+        if out.finish_reason.is_some() {
+            break;
+        }
+    }
+    Ok(())
+}

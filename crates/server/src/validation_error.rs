@@ -1,0 +1,196 @@
+//! `ValidationError`: every way a request can be refused before it reaches the engine, typed
+//! (the field, and what it must be or what it was), and its one mapping to an HTTP status and
+//! the OpenAI error body. Every endpoint's validation returns it; nothing else builds a 400.
+
+use axum::http::StatusCode;
+use pagoda_core::AddRequestError;
+use pagoda_protocol::ErrorResponse;
+use pagoda_structured::StructuredError;
+use thiserror::Error;
+
+use crate::error::ApiError;
+
+/// An API's names for the engine's fields, so an engine error names the field the client sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FieldNames {
+    /// `prompt`, `messages`, `input`, ...
+    pub prompt: &'static str,
+    /// `max_tokens`, `max_completion_tokens`, `max_output_tokens`, ...
+    pub max_tokens: &'static str,
+    /// `logprobs` or `top_logprobs`.
+    pub logprobs: &'static str,
+}
+
+impl FieldNames {
+    /// The completions API: the engine's own names.
+    pub const COMPLETIONS: Self = Self {
+        prompt: "prompt",
+        max_tokens: "max_tokens",
+        logprobs: "logprobs",
+    };
+
+    pub fn rename(&self, engine_field: &'static str) -> &'static str {
+        match engine_field {
+            "prompt" => self.prompt,
+            "max_tokens" => self.max_tokens,
+            "logprobs" => self.logprobs,
+            other => other,
+        }
+    }
+}
+
+/// A request refused as sent.
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum ValidationError {
+    /// The body is not the JSON the endpoint takes.
+    #[error("{message}")]
+    Body {
+        field: Option<String>,
+        message: String,
+    },
+    #[error("Unrecognized request argument supplied: {field}")]
+    UnknownField { field: String },
+    /// A known field pagoda does not implement (or not in this form).
+    #[error("`{field}` is not supported: {why}")]
+    Unsupported { field: String, why: &'static str },
+    /// A field of the wrong shape or with a value outside what it takes.
+    #[error("`{field}` must be {expected}{}", got.as_ref().map(|g| format!(", got {g}")).unwrap_or_default())]
+    Invalid {
+        field: String,
+        expected: &'static str,
+        got: Option<String>,
+    },
+    #[error("`{field}` must not be empty")]
+    Empty { field: &'static str },
+    #[error("`{field}` cannot be combined with {with}")]
+    Conflict {
+        field: &'static str,
+        with: &'static str,
+    },
+    #[error("`{field}` needs {needs}")]
+    Requires {
+        field: &'static str,
+        needs: &'static str,
+    },
+    /// A constraint (schema, regex, choice, grammar) that does not compile.
+    #[error("`{field}`: {error}")]
+    Constraint {
+        field: String,
+        error: StructuredError,
+    },
+    /// The chat template could not render these messages.
+    #[error("cannot apply the chat template: {message}")]
+    Template { message: String },
+    /// A prompt or parameter outside the engine's limits.
+    #[error("{}", error.describe(&|f| names.rename(f)))]
+    Engine {
+        error: pagoda_core::ValidationError,
+        names: FieldNames,
+        /// Which prompt, for a request with several.
+        prompt: usize,
+    },
+    #[error("The model `{model}` does not exist.")]
+    ModelNotFound { model: String },
+}
+
+impl ValidationError {
+    /// A field that must be of another shape (`expected` says what it takes).
+    pub fn invalid(field: impl Into<String>, expected: &'static str) -> Self {
+        Self::Invalid {
+            field: field.into(),
+            expected,
+            got: None,
+        }
+    }
+
+    /// A field whose value `got` is not one it takes.
+    pub fn invalid_value(
+        field: impl Into<String>,
+        expected: &'static str,
+        got: impl ToString,
+    ) -> Self {
+        Self::Invalid {
+            field: field.into(),
+            expected,
+            got: Some(got.to_string()),
+        }
+    }
+
+    pub fn unsupported(field: impl Into<String>, why: &'static str) -> Self {
+        Self::Unsupported {
+            field: field.into(),
+            why,
+        }
+    }
+
+    /// The `param` of the error body.
+    pub fn field(&self) -> Option<String> {
+        match self {
+            Self::Body { field, .. } => field.clone(),
+            Self::UnknownField { field }
+            | Self::Unsupported { field, .. }
+            | Self::Invalid { field, .. }
+            | Self::Constraint { field, .. } => Some(field.clone()),
+            Self::Empty { field } | Self::Conflict { field, .. } | Self::Requires { field, .. } => {
+                Some((*field).to_owned())
+            }
+            Self::Template { .. } => Some("messages".to_owned()),
+            Self::Engine { error, names, .. } => Some(names.rename(error.field()).to_owned()),
+            Self::ModelNotFound { .. } => Some("model".to_owned()),
+        }
+    }
+
+    /// The status and the OpenAI error body: the one place a refusal becomes HTTP.
+    pub fn to_api_error(&self) -> ApiError {
+        let message = self.to_string();
+        let field = self.field();
+        let body = match self {
+            Self::UnknownField { field } => ErrorResponse::unknown_parameter(field),
+            Self::Unsupported { field, why } => ErrorResponse::unsupported_parameter(field, why),
+            Self::ModelNotFound { model } => {
+                return ApiError::new(StatusCode::NOT_FOUND, ErrorResponse::model_not_found(model));
+            }
+            _ => ErrorResponse::invalid_request(message, field.as_deref()),
+        };
+        ApiError::new(StatusCode::BAD_REQUEST, body)
+    }
+}
+
+impl From<ValidationError> for ApiError {
+    fn from(e: ValidationError) -> Self {
+        if let ValidationError::Constraint { .. } = &e {
+            tracing::info!("constraint refused: {e}");
+        }
+        e.to_api_error()
+    }
+}
+
+/// The engine's refusal at submission: 429 when the queue is full now (with its real length),
+/// 400 when the request could never fit, or is invalid.
+pub fn admission_error(e: AddRequestError) -> ApiError {
+    match e {
+        AddRequestError::QueueFull {
+            waiting,
+            requested,
+            limit,
+        } => ApiError::overloaded(format!(
+            "the server is at capacity: {waiting} sequences are waiting (at most {limit}) and this request needs {requested}; retry later"
+        )),
+        AddRequestError::NeverAdmissible { requested, limit } => ApiError::new(
+            StatusCode::BAD_REQUEST,
+            ErrorResponse::invalid_request(
+                format!(
+                    "this request needs {requested} sequences (prompts x `n`), more than the {limit} the server lets wait at once; send fewer prompts or a smaller `n`"
+                ),
+                Some("n"),
+            ),
+        ),
+        AddRequestError::Invalid(error) => ValidationError::Engine {
+            error,
+            names: FieldNames::COMPLETIONS,
+            prompt: 0,
+        }
+        .into(),
+        AddRequestError::DuplicateId(_) => ApiError::internal(e.to_string()),
+    }
+}
