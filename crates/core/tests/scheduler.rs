@@ -299,3 +299,37 @@ fn bad_requests_are_rejected_with_reasons() {
         })
     );
 }
+
+#[test]
+fn one_choice_is_aborted_and_the_others_run_on() {
+    let mut core = engine(32, 4, sched(64, 0), true);
+    let prompt: Vec<u32> = (0..10).collect();
+    let mut req = request(7, prompt.clone(), 6);
+    req.params.n = 3;
+    core.add_request(req).unwrap();
+    core.step();
+    core.step();
+    let out = core.abort_choice(7, 1).unwrap();
+    assert_eq!(
+        (out.index, out.finish_reason),
+        (1, Some(FinishReason::Abort))
+    );
+    assert!(core.abort_choice(7, 1).is_none(), "already ended");
+    let mut finished = Vec::new();
+    while core.has_work() {
+        for o in core.step() {
+            if o.finish_reason.is_some() {
+                finished.push((o.index, o.finish_reason));
+            }
+        }
+    }
+    finished.sort_by_key(|f| f.0);
+    assert_eq!(
+        finished,
+        vec![
+            (0, Some(FinishReason::Length)),
+            (2, Some(FinishReason::Length))
+        ]
+    );
+    assert_eq!(core.scheduler().kv().pool().num_free(), 32);
+}

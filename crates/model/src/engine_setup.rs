@@ -17,8 +17,8 @@ pub struct EngineSetup {
     pub enable_prefix_caching: bool,
     /// Longest sequence; default: the model's training context, capped to the KV pool.
     pub max_model_len: Option<usize>,
-    /// Element type of the KV cache: f32 by default; f16 halves the bytes attention reads and the
-    /// memory a token holds.
+    /// Element type of the KV cache: f16 by default (half the bytes attention reads and the
+    /// memory a token holds of f32).
     pub kv_cache_dtype: KvCacheDtype,
 }
 

@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 
 use crate::error::ApiError;
 use crate::state::AppState;
+use crate::validation_error::ValidationError;
 
 /// A request body type, with the smallest valid body (used to find which field fails).
 pub trait WireRequest: DeserializeOwned {
@@ -42,25 +43,31 @@ impl<T: WireRequest> FromRequest<AppState> for JsonBody<T> {
             if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::too_large(limit)
             } else {
-                ApiError::malformed(format!("cannot read the request body: {e}"))
+                ValidationError::body(None, format!("cannot read the request body: {e}")).into()
             }
         })?;
-        parse(&bytes).map(JsonBody)
+        Ok(parse(&bytes).map(JsonBody)?)
     }
 }
 
 /// Parses `bytes` as `T`, naming the offending field when one has the wrong type.
-pub fn parse<T: WireRequest>(bytes: &[u8]) -> Result<T, ApiError> {
+pub fn parse<T: WireRequest>(bytes: &[u8]) -> Result<T, ValidationError> {
     let value: Value = serde_json::from_slice(bytes)
-        .map_err(|e| ApiError::malformed(format!("the body is not valid JSON: {e}")))?;
+        .map_err(|e| ValidationError::body(None, format!("the body is not valid JSON: {e}")))?;
     let Value::Object(obj) = &value else {
-        return Err(ApiError::malformed("the body must be a JSON object"));
+        return Err(ValidationError::body(
+            None,
+            "the body must be a JSON object",
+        ));
     };
     match T::deserialize(&value) {
         Ok(t) => Ok(t),
         Err(e) => Err(match bad_field::<T>(obj) {
-            Some(field) => ApiError::invalid(&field, format!("`{field}`: {}", explain(&e))),
-            None => ApiError::malformed(format!("invalid request: {}", explain(&e))),
+            Some(field) => {
+                let message = format!("`{field}`: {}", explain(&e));
+                ValidationError::body(Some(field), message)
+            }
+            None => ValidationError::body(None, format!("invalid request: {}", explain(&e))),
         }),
     }
 }
@@ -113,20 +120,21 @@ mod tests {
     fn wrong_type_names_the_field() {
         let e = parse::<CompletionRequest>(br#"{"model":"m","prompt":"x","temperature":"hot"}"#)
             .err()
-            .map(|e| e.body.error.param);
+            .map(|e| ApiError::from(e).body.error.param);
         assert_eq!(e, Some(Some("temperature".to_owned())));
         let e = parse::<CompletionRequest>(br#"{"model":"m","prompt":{"a":1}}"#).err();
-        let body = e.map(|e| e.body.error).expect("error");
+        let body = e.map(|e| ApiError::from(e).body.error).expect("error");
         assert_eq!(body.param.as_deref(), Some("prompt"));
         assert!(body.message.contains("token ids"), "{}", body.message);
     }
 
     #[test]
     fn malformed_and_missing() {
-        let e = parse::<ChatCompletionRequest>(b"{not json").expect_err("error");
+        let e = ApiError::from(parse::<ChatCompletionRequest>(b"{not json").expect_err("error"));
         assert_eq!(e.status, StatusCode::BAD_REQUEST);
         assert!(e.body.error.message.contains("not valid JSON"));
-        let e = parse::<ChatCompletionRequest>(br#"{"model":"m"}"#).expect_err("error");
+        let e =
+            ApiError::from(parse::<ChatCompletionRequest>(br#"{"model":"m"}"#).expect_err("error"));
         assert!(
             e.body.error.message.contains("messages"),
             "{}",

@@ -5,9 +5,9 @@
 use pagoda_protocol::{ChatMessage, MessageContent, Role};
 use serde_json::{Map, Value, json};
 
-use crate::error::ApiError;
 use crate::state::Loaded;
 use crate::tools::ToolSetup;
+use crate::validation_error::ValidationError;
 
 /// The prompt tokens of `messages`. `add_special_tokens: None` adds the BOS only when the
 /// template did not already write it (HF templates that start with `{{ bos_token }}` do).
@@ -16,7 +16,7 @@ pub fn chat_prompt(
     messages: &[ChatMessage],
     add_generation_prompt: bool,
     add_special_tokens: Option<bool>,
-) -> Result<Vec<u32>, ApiError> {
+) -> Result<Vec<u32>, ValidationError> {
     let text = render(loaded, messages, add_generation_prompt, None)?;
     Ok(tokenize(loaded, &text, add_special_tokens))
 }
@@ -37,9 +37,9 @@ pub fn render(
     messages: &[ChatMessage],
     add_generation_prompt: bool,
     tools: Option<&ToolSetup>,
-) -> Result<String, ApiError> {
+) -> Result<String, ValidationError> {
     if messages.is_empty() {
-        return Err(ApiError::invalid(
+        return Err(ValidationError::rule(
             "messages",
             "`messages` must not be empty",
         ));
@@ -60,12 +60,14 @@ pub fn render(
             template_tools.as_ref(),
             add_generation_prompt,
         )
-        .map_err(|e| ApiError::invalid("messages", format!("cannot apply the chat template: {e}")))
+        .map_err(|e| {
+            ValidationError::rule("messages", format!("cannot apply the chat template: {e}"))
+        })
 }
 
 /// The text of a message's content: a string, or its text parts joined with newlines (vLLM's
 /// "string" content format).
-pub fn content_text(i: usize, content: &MessageContent) -> Result<String, ApiError> {
+pub fn content_text(i: usize, content: &MessageContent) -> Result<String, ValidationError> {
     match content {
         MessageContent::Text(t) => Ok(t.clone()),
         MessageContent::Parts(parts) => {
@@ -74,15 +76,15 @@ pub fn content_text(i: usize, content: &MessageContent) -> Result<String, ApiErr
                 match (p.kind.as_str(), &p.text) {
                     ("text", Some(t)) if p.extra.is_empty() => texts.push(t.as_str()),
                     ("text", _) => {
-                        return Err(ApiError::invalid(
-                            &format!("messages[{i}].content[{j}]"),
+                        return Err(ValidationError::rule(
+                            format!("messages[{i}].content[{j}]"),
                             "a text part needs a `text` string and nothing else",
                         ));
                     }
                     (other, _) => {
-                        return Err(ApiError::unsupported(
-                            &format!("messages[{i}].content[{j}].type"),
-                            &format!(
+                        return Err(ValidationError::unsupported(
+                            format!("messages[{i}].content[{j}].type"),
+                            format!(
                                 "content parts of type {other:?} are not supported; only \"text\""
                             ),
                         ));
@@ -94,29 +96,29 @@ pub fn content_text(i: usize, content: &MessageContent) -> Result<String, ApiErr
     }
 }
 
-fn message_json(i: usize, m: &ChatMessage) -> Result<Value, ApiError> {
+fn message_json(i: usize, m: &ChatMessage) -> Result<Value, ValidationError> {
     if let Some(k) = m.extra.keys().next() {
-        return Err(ApiError::unknown_field(&format!("messages[{i}].{k}")));
+        return Err(ValidationError::unknown(format!("messages[{i}].{k}")));
     }
     let content = match &m.content {
         Some(c) => content_text(i, c)?,
         None if m.role == Role::Assistant && m.tool_calls.is_some() => String::new(),
         None => {
-            return Err(ApiError::invalid(
-                &format!("messages[{i}].content"),
+            return Err(ValidationError::rule(
+                format!("messages[{i}].content"),
                 format!("a {} message needs `content`", m.role.as_str()),
             ));
         }
     };
     if m.tool_calls.is_some() && m.role != Role::Assistant {
-        return Err(ApiError::invalid(
-            &format!("messages[{i}].tool_calls"),
+        return Err(ValidationError::rule(
+            format!("messages[{i}].tool_calls"),
             "only assistant messages carry `tool_calls`",
         ));
     }
     if m.role == Role::Tool && m.tool_call_id.is_none() {
-        return Err(ApiError::invalid(
-            &format!("messages[{i}].tool_call_id"),
+        return Err(ValidationError::rule(
+            format!("messages[{i}].tool_call_id"),
             "a tool message needs `tool_call_id`",
         ));
     }

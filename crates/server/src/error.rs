@@ -1,5 +1,6 @@
 //! `ApiError`: every way a request can fail, as an HTTP status plus the OpenAI error body
-//! `{"error": {"message", "type", "param", "code"}}`. Handlers return it; axum renders it.
+//! `{"error": {"message", "type", "param", "code"}}`. Handlers return it; axum renders it. A
+//! request refused as sent (400) is a `ValidationError`, turned into this in one place.
 
 use axum::Json;
 use axum::http::StatusCode;
@@ -17,38 +18,6 @@ pub struct ApiError {
 impl ApiError {
     pub fn new(status: StatusCode, body: ErrorResponse) -> Self {
         Self { status, body }
-    }
-
-    /// 400 naming the field at fault (`param`).
-    pub fn invalid(param: &str, message: impl Into<String>) -> Self {
-        Self::new(
-            StatusCode::BAD_REQUEST,
-            ErrorResponse::invalid_request(message, Some(param)),
-        )
-    }
-
-    /// 400 for a body that is not the JSON we expect (no single field to name).
-    pub fn malformed(message: impl Into<String>) -> Self {
-        Self::new(
-            StatusCode::BAD_REQUEST,
-            ErrorResponse::invalid_request(message, None),
-        )
-    }
-
-    /// 400 for a key the endpoint does not know.
-    pub fn unknown_field(name: &str) -> Self {
-        Self::new(
-            StatusCode::BAD_REQUEST,
-            ErrorResponse::unknown_parameter(name),
-        )
-    }
-
-    /// 400 for a known parameter pagoda does not implement (yet).
-    pub fn unsupported(name: &str, why: &str) -> Self {
-        Self::new(
-            StatusCode::BAD_REQUEST,
-            ErrorResponse::unsupported_parameter(name, why),
-        )
     }
 
     /// 404: the request names a model this server does not serve.

@@ -8,8 +8,8 @@ use pagoda_frontend::tool_calls::{generic_history, generic_system_prompt, tool_c
 use pagoda_structured::Constraint;
 use serde_json::{Map, Value, json};
 
-use crate::error::ApiError;
 use crate::state::Loaded;
+use crate::validation_error::ValidationError;
 
 /// `tool_choice`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -36,11 +36,11 @@ pub fn parse(
     loaded: &Loaded,
     tools: Option<&Value>,
     tool_choice: Option<&Value>,
-) -> Result<Option<ToolSetup>, ApiError> {
+) -> Result<Option<ToolSetup>, ValidationError> {
     let tools = match tools {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(list)) => list.clone(),
-        Some(_) => return Err(ApiError::invalid("tools", "`tools` must be a list")),
+        Some(_) => return Err(ValidationError::rule("tools", "`tools` must be a list")),
     };
     for (i, t) in tools.iter().enumerate() {
         check_tool(i, t)?;
@@ -59,7 +59,7 @@ pub fn parse(
             "auto" => ToolChoice::Auto,
             "required" => ToolChoice::Required,
             other => {
-                return Err(ApiError::invalid(
+                return Err(ValidationError::rule(
                     "tool_choice",
                     format!(
                         "`tool_choice` must be \"none\", \"auto\", \"required\" or {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}, got {other:?}"
@@ -74,7 +74,7 @@ pub fn parse(
                 .and_then(Value::as_str)
                 .filter(|_| v.get("type").and_then(Value::as_str) == Some("function"))
                 .ok_or_else(|| {
-                    ApiError::invalid(
+                    ValidationError::rule(
                         "tool_choice",
                         "a named `tool_choice` is {\"type\": \"function\", \"function\": {\"name\": ...}}",
                     )
@@ -83,7 +83,7 @@ pub fn parse(
                 .iter()
                 .position(|t| name_of(t).as_deref() == Some(name))
                 .ok_or_else(|| {
-                    ApiError::invalid(
+                    ValidationError::rule(
                         "tool_choice",
                         format!(
                             "`tool_choice` names the function {name:?}, which is not in `tools`"
@@ -93,14 +93,14 @@ pub fn parse(
             ToolChoice::Named(i)
         }
         Some(_) => {
-            return Err(ApiError::invalid(
+            return Err(ValidationError::rule(
                 "tool_choice",
                 "`tool_choice` must be a string or an object",
             ));
         }
     };
     if choice != ToolChoice::None && tools.is_empty() {
-        return Err(ApiError::invalid(
+        return Err(ValidationError::rule(
             "tool_choice",
             "`tool_choice` other than \"none\" needs `tools`",
         ));
@@ -109,7 +109,7 @@ pub fn parse(
         return Ok(None);
     }
     let format = loaded.tool_format.ok_or_else(|| {
-        ApiError::unsupported(
+        ValidationError::unsupported(
             "tools",
             "tool calling is turned off (--tool-call-parser none)",
         )
@@ -123,9 +123,9 @@ pub fn parse(
 }
 
 /// `{"type": "function", "function": {"name", "description"?, "parameters"?, "strict"?}}`.
-fn check_tool(i: usize, t: &Value) -> Result<(), ApiError> {
+fn check_tool(i: usize, t: &Value) -> Result<(), ValidationError> {
     let field = format!("tools[{i}]");
-    let bad = |what: &str| ApiError::invalid(&field, format!("`{field}` {what}"));
+    let bad = |what: &str| ValidationError::rule(&field, format!("`{field}` {what}"));
     let obj = t.as_object().ok_or_else(|| bad("must be an object"))?;
     if obj.get("type").and_then(Value::as_str) != Some("function") {
         return Err(bad("must have `type: \"function\"`"));
@@ -192,7 +192,7 @@ impl ToolSetup {
     /// The grammar the reply must follow: a call for `required` / named; for the generic
     /// format under `auto`, a call or a `{"response": ...}` (llama.cpp constrains its generic
     /// format the same way); nothing for the native format under `auto`.
-    pub fn constraint(&self) -> Result<Option<Constraint>, ApiError> {
+    pub fn constraint(&self) -> Result<Option<Constraint>, ValidationError> {
         let (tools, allow_text): (Vec<&Value>, bool) = match self.choice {
             ToolChoice::None => return Ok(None),
             ToolChoice::Auto if self.format == ToolCallFormat::Generic => {
@@ -204,6 +204,6 @@ impl ToolSetup {
         };
         tool_call_grammar(self.format, &tools, allow_text)
             .map(|g| Some(Constraint::Grammar(g)))
-            .map_err(|e| ApiError::invalid("tools", e.to_string()))
+            .map_err(|e| ValidationError::rule("tools", e.to_string()))
     }
 }

@@ -75,13 +75,11 @@ impl ValidRequest {
                 priority: u.priority,
                 extra_keys: extra_keys.clone(),
             };
-            let checked = limits
-                .check(req)
-                .map_err(|error| ValidationError::Engine {
-                    error,
-                    names,
-                    prompt: index,
-                })?;
+            let checked = limits.check(req).map_err(|error| ValidationError::Engine {
+                error,
+                names,
+                prompt: index,
+            })?;
             requests.push(checked);
         }
         Ok(Self {

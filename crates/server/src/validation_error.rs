@@ -1,6 +1,6 @@
-//! `ValidationError`: every way a request can be refused before it reaches the engine, typed
-//! (the field, and what it must be or what it was), and its one mapping to an HTTP status and
-//! the OpenAI error body. Every endpoint's validation returns it; nothing else builds a 400.
+//! `ValidationError`: every way a request can be refused as sent, typed (the field, and what it
+//! must be or what it was), and its one mapping to an HTTP status and the OpenAI error body.
+//! Every endpoint's validation returns it; a 400 is built nowhere else.
 
 use axum::http::StatusCode;
 use pagoda_core::AddRequestError;
@@ -52,7 +52,11 @@ pub enum ValidationError {
     UnknownField { field: String },
     /// A known field pagoda does not implement (or not in this form).
     #[error("`{field}` is not supported: {why}")]
-    Unsupported { field: String, why: &'static str },
+    Unsupported { field: String, why: String },
+    /// A field that breaks a rule of its API (a message naming a missing tool, a template
+    /// variable of the wrong kind, ...): `message` says which.
+    #[error("{message}")]
+    Rule { field: String, message: String },
     /// A field of the wrong shape or with a value outside what it takes.
     #[error("`{field}` must be {expected}{}", got.as_ref().map(|g| format!(", got {g}")).unwrap_or_default())]
     Invalid {
@@ -116,10 +120,31 @@ impl ValidationError {
         }
     }
 
-    pub fn unsupported(field: impl Into<String>, why: &'static str) -> Self {
+    pub fn unsupported(field: impl Into<String>, why: impl Into<String>) -> Self {
         Self::Unsupported {
             field: field.into(),
-            why,
+            why: why.into(),
+        }
+    }
+
+    pub fn rule(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::Rule {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    pub fn unknown(field: impl Into<String>) -> Self {
+        Self::UnknownField {
+            field: field.into(),
+        }
+    }
+
+    /// A body that is not the JSON the endpoint takes; `field` when one field is to blame.
+    pub fn body(field: Option<String>, message: impl Into<String>) -> Self {
+        Self::Body {
+            field,
+            message: message.into(),
         }
     }
 
@@ -129,6 +154,7 @@ impl ValidationError {
             Self::Body { field, .. } => field.clone(),
             Self::UnknownField { field }
             | Self::Unsupported { field, .. }
+            | Self::Rule { field, .. }
             | Self::Invalid { field, .. }
             | Self::Constraint { field, .. } => Some(field.clone()),
             Self::Empty { field } | Self::Conflict { field, .. } | Self::Requires { field, .. } => {

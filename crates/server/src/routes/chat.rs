@@ -15,7 +15,7 @@ use crate::error::ApiError;
 use crate::generation::ChoiceUpdate;
 use crate::logprobs;
 use crate::routes::{GenerationEndpoint, now_secs, random_id};
-use crate::state::AppState;
+use crate::state::{AppState, Loaded};
 use crate::stream::{self as sse, ChoiceFormatter};
 use crate::tools;
 use crate::valid_request::ValidRequest;
@@ -38,7 +38,7 @@ impl GenerationEndpoint for Chat {
     type Formatter = Formatter;
 
     fn prepare(state: &AppState, req: ChatCompletionRequest) -> Result<Self, ApiError> {
-        prepare(state, req)
+        Ok(prepare(state, state.loaded()?, req)?)
     }
 
     fn request(&self) -> &ValidRequest {
@@ -68,10 +68,13 @@ impl GenerationEndpoint for Chat {
     }
 }
 
-fn prepare(state: &AppState, req: ChatCompletionRequest) -> Result<Chat, ApiError> {
+fn prepare(
+    state: &AppState,
+    loaded: &Loaded,
+    req: ChatCompletionRequest,
+) -> Result<Chat, ValidationError> {
     validate::reject_unknown(&req.extra)?;
     validate::check_model(state, &req.model)?;
-    let loaded = state.loaded()?;
     let later = "not supported yet";
     validate::refuse(
         "functions",
@@ -84,7 +87,7 @@ fn prepare(state: &AppState, req: ChatCompletionRequest) -> Result<Chat, ApiErro
         "deprecated by OpenAI; use `tool_choice`",
     )?;
     if req.parallel_tool_calls == Some(false) {
-        return Err(ApiError::unsupported(
+        return Err(ValidationError::unsupported(
             "parallel_tool_calls",
             "calls are not limited to one per turn",
         ));
@@ -103,15 +106,14 @@ fn prepare(state: &AppState, req: ChatCompletionRequest) -> Result<Chat, ApiErro
             return Err(ValidationError::Conflict {
                 field: "tool_choice",
                 with: "`response_format` or `structured_outputs` (when it constrains the reply)",
-            }
-            .into());
+            });
         }
         (Some((c, field)), None) => Some(constraints::compile(loaded, c, field)?),
         (None, Some(c)) => Some(constraints::compile(loaded, c, "tools")?),
         (None, None) => None,
     };
     if req.store == Some(true) {
-        return Err(ApiError::unsupported(
+        return Err(ValidationError::unsupported(
             "store",
             "pagoda does not store completions",
         ));
@@ -121,7 +123,7 @@ fn prepare(state: &AppState, req: ChatCompletionRequest) -> Result<Chat, ApiErro
         .as_deref()
         .is_some_and(|t| t != "auto" && t != "default")
     {
-        return Err(ApiError::unsupported(
+        return Err(ValidationError::unsupported(
             "service_tier",
             "only \"auto\" and \"default\"",
         ));
@@ -136,7 +138,10 @@ fn prepare(state: &AppState, req: ChatCompletionRequest) -> Result<Chat, ApiErro
         .as_ref()
         .is_some_and(|m| m.iter().any(|x| x != "text"))
     {
-        return Err(ApiError::unsupported("modalities", "only text output"));
+        return Err(ValidationError::unsupported(
+            "modalities",
+            "only text output",
+        ));
     }
     validate::refuse("audio", &req.audio, "only text output")?;
     validate::refuse("prediction", &req.prediction, later)?;
@@ -153,7 +158,7 @@ fn prepare(state: &AppState, req: ChatCompletionRequest) -> Result<Chat, ApiErro
         .as_ref()
         .is_some_and(|k| !k.is_empty())
     {
-        return Err(ApiError::unsupported("chat_template_kwargs", later));
+        return Err(ValidationError::unsupported("chat_template_kwargs", later));
     }
     validate::refuse(
         "spaces_between_special_tokens",
@@ -163,7 +168,7 @@ fn prepare(state: &AppState, req: ChatCompletionRequest) -> Result<Chat, ApiErro
     let logprobs = req.logprobs.unwrap_or(false);
     let top = match (logprobs, req.top_logprobs) {
         (false, Some(_)) => {
-            return Err(ApiError::invalid(
+            return Err(ValidationError::rule(
                 "top_logprobs",
                 "`top_logprobs` needs `logprobs: true`",
             ));

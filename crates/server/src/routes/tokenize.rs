@@ -13,6 +13,7 @@ use crate::generation::token_text;
 use crate::routes::run_blocking;
 use crate::state::AppState;
 use crate::validate;
+use crate::validation_error::ValidationError;
 
 pub async fn tokenize(
     State(state): State<AppState>,
@@ -34,10 +35,11 @@ fn tokenize_blocking(state: &AppState, req: TokenizeRequest) -> Result<TokenizeR
     let tokens = match (&req.prompt, &req.messages) {
         (Some(p), None) => {
             if req.add_generation_prompt.is_some() || req.continue_final_message.is_some() {
-                return Err(ApiError::invalid(
+                return Err(ValidationError::rule(
                     "add_generation_prompt",
                     "`add_generation_prompt` goes with `messages`, not `prompt`",
-                ));
+                )
+                .into());
             }
             loaded
                 .tokenizer
@@ -57,10 +59,11 @@ fn tokenize_blocking(state: &AppState, req: TokenizeRequest) -> Result<TokenizeR
             )?
         }
         _ => {
-            return Err(ApiError::invalid(
+            return Err(ValidationError::rule(
                 "prompt",
                 "give exactly one of `prompt` and `messages`",
-            ));
+            )
+            .into());
         }
     };
     let token_strs = req.return_token_strs.unwrap_or(false).then(|| {
@@ -92,13 +95,14 @@ pub async fn detokenize(
             .iter()
             .find(|&&t| t as usize >= loaded.engine.limits().vocab_size)
         {
-            return Err(ApiError::invalid(
+            return Err(ValidationError::rule(
                 "tokens",
                 format!(
                     "token id {bad} is outside the vocabulary of {} tokens",
                     loaded.engine.limits().vocab_size
                 ),
-            ));
+            )
+            .into());
         }
         Ok(DetokenizeResponse {
             prompt: loaded.tokenizer.decode(&req.tokens, false),

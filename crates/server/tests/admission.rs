@@ -1,0 +1,105 @@
+//! Admission against the waiting-queue limit, as a hostile client finds it: a request that could
+//! never fit is a 400 that says so (not a 429 "retry later"), a 429 names the real queue length,
+//! and a refused request leaves no trace: none of its prompts runs and it holds no queue slot.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{MODEL, TestServer, client, config, error_of, metric, post, small_setup};
+use futures_util::StreamExt;
+use serde_json::json;
+
+/// Waits until the engine's gauge `name` reads `want`.
+async fn wait_metric(s: &TestServer, name: &str, want: f64) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let v = metric(&client(), &s.base, name).await;
+        if v == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name} stayed at {v}, not {want}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn requests_over_the_queue_limit_are_400_and_a_full_queue_is_429_with_its_length() {
+    let mut setup = small_setup();
+    setup.scheduler.max_num_seqs = 1;
+    setup.scheduler.max_waiting_requests = 2;
+    let s = TestServer::start(setup, config());
+    let c = client();
+    let url = s.url("/v1/completions");
+
+    // Three prompts, or n = 3, can never wait at once under a limit of 2: 400, not 429.
+    for body in [
+        json!({"model": MODEL, "prompt": ["a", "b", "c"], "max_tokens": 1}),
+        json!({"model": MODEL, "prompt": "a", "n": 3, "max_tokens": 1}),
+        json!({"model": MODEL, "prompt": ["a", "b"], "n": 2, "max_tokens": 1, "stream": true}),
+    ] {
+        let (st, v) = post(&c, &url, &body).await;
+        assert_eq!(st, 400, "{v}");
+        let e = error_of(&v);
+        let msg = e["message"].as_str().unwrap();
+        assert!(msg.contains("at most 2") || msg.contains("the 2"), "{msg}");
+        assert_eq!(e["param"], "n", "{v}");
+    }
+    // None of them holds a slot: small requests go straight through.
+    let before = metric(&c, &s.base, "pagoda:prompt_tokens_total").await;
+    for _ in 0..4 {
+        let (st, v) = post(
+            &c,
+            &url,
+            &json!({"model": MODEL, "prompt": ["x", "y"], "max_tokens": 1}),
+        )
+        .await;
+        assert_eq!(st, 200, "an empty queue refused a small request: {v}");
+    }
+    assert!(metric(&c, &s.base, "pagoda:prompt_tokens_total").await > before);
+
+    // A runs, B waits (one sequence of two): a request of two prompts finds the queue full.
+    let long = json!({"model": MODEL, "prompt": "Tell me a story", "max_tokens": 500,
+        "ignore_eos": true, "stream": true});
+    let a = c.post(&url).json(&long).send().await.unwrap();
+    assert_eq!(a.status(), 200);
+    let mut a = a.bytes_stream();
+    a.next().await.unwrap().unwrap();
+    let b = {
+        let (c, url, long) = (c.clone(), url.clone(), long.clone());
+        tokio::spawn(async move { c.post(&url).json(&long).send().await.unwrap() })
+    };
+    wait_metric(&s, "pagoda:num_requests_waiting", 1.0).await;
+    let prompt_tokens = metric(&c, &s.base, "pagoda:prompt_tokens_total").await;
+    let (st, v) = post(
+        &c,
+        &url,
+        &json!({"model": MODEL, "prompt": ["c", "d"], "max_tokens": 1}),
+    )
+    .await;
+    assert_eq!(st, 429, "{v}");
+    let msg = error_of(&v)["message"].as_str().unwrap().to_owned();
+    assert!(msg.contains("1 sequences are waiting"), "{msg}");
+    // None of its prompts ran (A decodes; no prompt is computed while B waits).
+    assert_eq!(
+        metric(&c, &s.base, "pagoda:prompt_tokens_total").await,
+        prompt_tokens
+    );
+    // The refused request took no slot: one prompt still fits beside B, and C's prompts never
+    // ran.
+    let (st, v) = post(
+        &c,
+        &url,
+        &json!({"model": MODEL, "prompt": "e", "max_tokens": 1, "stream": true}),
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    drop(a);
+    drop(b.await.unwrap());
+    wait_metric(&s, "pagoda:num_requests_running", 0.0).await;
+    wait_metric(&s, "pagoda:num_requests_waiting", 0.0).await;
+}
