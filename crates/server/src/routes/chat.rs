@@ -11,7 +11,6 @@ use pagoda_protocol::{
 use crate::chat_output::{ChoiceOutput, Split};
 use crate::chat_prompt::{content_text, render, tokenize};
 use crate::constraints;
-use crate::error::ApiError;
 use crate::generation::ChoiceUpdate;
 use crate::logprobs;
 use crate::routes::{GenerationEndpoint, now_secs, random_id};
@@ -24,7 +23,6 @@ use crate::validation_error::ValidationError;
 
 /// A chat request, validated and rendered, with what its response needs.
 pub struct Chat {
-    request: ValidRequest,
     logprobs: bool,
     /// With `echo`: the final assistant message's text, put before the output.
     echo_text: Option<String>,
@@ -37,15 +35,15 @@ impl GenerationEndpoint for Chat {
     type Wire = ChatCompletionRequest;
     type Formatter = Formatter;
 
-    fn prepare(state: &AppState, req: ChatCompletionRequest) -> Result<Self, ApiError> {
-        Ok(prepare(state, state.loaded()?, req)?)
+    fn prepare(
+        state: &AppState,
+        loaded: &Loaded,
+        req: ChatCompletionRequest,
+    ) -> Result<(ValidRequest, Self), ValidationError> {
+        prepare(state, loaded, req)
     }
 
-    fn request(&self) -> &ValidRequest {
-        &self.request
-    }
-
-    fn formatter(self, state: &AppState, num_choices: usize) -> Formatter {
+    fn formatter(self, state: &AppState, _: &ValidRequest, num_choices: usize) -> Formatter {
         Formatter {
             state: state.clone(),
             id: random_id("chatcmpl"),
@@ -72,7 +70,7 @@ fn prepare(
     state: &AppState,
     loaded: &Loaded,
     req: ChatCompletionRequest,
-) -> Result<Chat, ValidationError> {
+) -> Result<(ValidRequest, Chat), ValidationError> {
     validate::reject_unknown(&req.extra)?;
     validate::check_model(state, &req.model)?;
     let later = "not supported yet";
@@ -203,13 +201,15 @@ fn prepare(
     );
     fields.constraint = constraint;
     let request = validate::build(state, loaded, &fields, vec![prompt])?;
-    Ok(Chat {
+    Ok((
         request,
-        logprobs,
-        echo_text,
-        tool_format: tools.as_ref().map(|t| t.format),
-        prompt_text,
-    })
+        Chat {
+            logprobs,
+            echo_text,
+            tool_format: tools.as_ref().map(|t| t.format),
+            prompt_text,
+        },
+    ))
 }
 
 /// The chat response's writer: SSE chunks, or the whole response gathered in `whole`.

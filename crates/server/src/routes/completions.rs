@@ -7,7 +7,6 @@ use pagoda_protocol::{
 };
 
 use crate::constraints;
-use crate::error::ApiError;
 use crate::generation::ChoiceUpdate;
 use crate::logprobs;
 use crate::routes::{GenerationEndpoint, now_secs, random_id};
@@ -19,7 +18,6 @@ use crate::validation_error::ValidationError;
 
 /// A completions request, validated, with what its response needs.
 pub struct Completions {
-    request: ValidRequest,
     echo: bool,
     logprobs: bool,
     /// Echo text of each prompt.
@@ -30,15 +28,15 @@ impl GenerationEndpoint for Completions {
     type Wire = CompletionRequest;
     type Formatter = Formatter;
 
-    fn prepare(state: &AppState, req: CompletionRequest) -> Result<Self, ApiError> {
-        Ok(prepare(state, state.loaded()?, req)?)
+    fn prepare(
+        state: &AppState,
+        loaded: &Loaded,
+        req: CompletionRequest,
+    ) -> Result<(ValidRequest, Self), ValidationError> {
+        prepare(state, loaded, req)
     }
 
-    fn request(&self) -> &ValidRequest {
-        &self.request
-    }
-
-    fn formatter(self, state: &AppState, num_choices: usize) -> Formatter {
+    fn formatter(self, state: &AppState, req: &ValidRequest, num_choices: usize) -> Formatter {
         Formatter {
             state: state.clone(),
             id: random_id("cmpl"),
@@ -47,10 +45,10 @@ impl GenerationEndpoint for Completions {
             echo: self.echo,
             logprobs: self.logprobs,
             prompt_texts: self.prompt_texts,
-            prompts: (0..self.request.num_prompts())
-                .map(|p| self.request.prompt(p).to_vec())
+            prompts: (0..req.num_prompts())
+                .map(|p| req.prompt(p).to_vec())
                 .collect(),
-            n: self.request.n as usize,
+            n: req.n as usize,
             echoed: vec![false; num_choices],
             offsets: vec![0; num_choices],
             choices: (0..num_choices as u32).map(empty_choice).collect(),
@@ -62,7 +60,7 @@ fn prepare(
     state: &AppState,
     loaded: &Loaded,
     req: CompletionRequest,
-) -> Result<Completions, ValidationError> {
+) -> Result<(ValidRequest, Completions), ValidationError> {
     validate::reject_unknown(&req.extra)?;
     validate::check_model(state, &req.model)?;
     if let Some(b) = req.best_of
@@ -128,12 +126,12 @@ fn prepare(
         fields.prompt_logprobs = req.logprobs;
     }
     let request = validate::build(state, loaded, &fields, prompts)?;
-    Ok(Completions {
-        request,
+    let completions = Completions {
         echo,
         logprobs: req.logprobs.is_some(),
         prompt_texts,
-    })
+    };
+    Ok((request, completions))
 }
 
 /// Token ids to echo text; out-of-vocabulary ids are caught later by validation.

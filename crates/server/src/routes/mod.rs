@@ -18,9 +18,10 @@ use axum::response::{IntoResponse, Response};
 use crate::body::{JsonBody, WireRequest};
 use crate::error::ApiError;
 use crate::generation::Generation;
-use crate::state::AppState;
+use crate::state::{AppState, Loaded};
 use crate::stream::{self as sse, ChoiceFormatter};
 use crate::valid_request::ValidRequest;
+use crate::validation_error::ValidationError;
 
 /// A generation endpoint (chat, completions, ...): its wire request becomes a `ValidRequest`
 /// plus what its formatter needs; [`generate`] does the rest the same way for all of them.
@@ -28,12 +29,15 @@ pub trait GenerationEndpoint: Sized + Send + 'static {
     type Wire: WireRequest + Send + 'static;
     type Formatter: ChoiceFormatter;
 
-    /// Validation, chat template and tokenization (blocking: run off the async runtime).
-    fn prepare(state: &AppState, wire: Self::Wire) -> Result<Self, ApiError>;
+    /// Validation, chat template and tokenization (blocking: run off the async runtime): the
+    /// request to submit, and what the formatter will need.
+    fn prepare(
+        state: &AppState,
+        loaded: &Loaded,
+        wire: Self::Wire,
+    ) -> Result<(ValidRequest, Self), ValidationError>;
 
-    fn request(&self) -> &ValidRequest;
-
-    fn formatter(self, state: &AppState, num_choices: usize) -> Self::Formatter;
+    fn formatter(self, state: &AppState, req: &ValidRequest, choices: usize) -> Self::Formatter;
 }
 
 /// The handler of every generation endpoint: admit (503 while loading or draining), prepare,
@@ -51,16 +55,16 @@ pub async fn generate<E: GenerationEndpoint>(
 async fn run<E: GenerationEndpoint>(state: AppState, req: E::Wire) -> Result<Response, ApiError> {
     let guard = state.admit()?;
     let st = state.clone();
-    let prepared = run_blocking(move || E::prepare(&st, req)).await?;
+    let (request, prepared) = run_blocking(move || Ok(E::prepare(&st, st.loaded()?, req)?)).await?;
     let loaded = state.loaded()?;
     let generation = Generation::start(
         &loaded.engine,
         &loaded.tokenizer,
-        prepared.request(),
+        &request,
         Some(state.shared_metrics()),
     )?;
-    let (stream, include_usage) = (prepared.request().stream, prepared.request().include_usage);
-    let fmt = prepared.formatter(&state, generation.num_choices());
+    let fmt = prepared.formatter(&state, &request, generation.num_choices());
+    let (stream, include_usage) = (request.stream, request.include_usage);
     if stream {
         Ok(sse::sse_response(sse::events(
             generation,
