@@ -2,7 +2,7 @@
 //! `{"error": {"message", "type", "param", "code"}}`. Handlers return it; axum renders it.
 
 use axum::Json;
-use axum::http::StatusCode;
+use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use pagoda_protocol::ErrorResponse;
 
@@ -61,6 +61,19 @@ impl ApiError {
         Self::new(
             StatusCode::NOT_FOUND,
             ErrorResponse::not_found(format!("no route for {path}")),
+        )
+    }
+
+    /// 405: the path exists, but not for this method (the router adds the `Allow` header).
+    pub fn method_not_allowed(method: &Method, path: &str) -> Self {
+        Self::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            ErrorResponse::new(
+                "invalid_request_error",
+                format!("method {method} is not allowed for {path}"),
+                None,
+                Some("method_not_allowed"),
+            ),
         )
     }
 

@@ -37,7 +37,8 @@ pub use error::ApiError;
 pub use state::{AppState, LoadError};
 
 /// The router: generation and tokenizer routes behind the API key (when set), health and
-/// metrics open, OpenAI-shaped 404 for anything else.
+/// metrics open; OpenAI-shaped 404 for an unknown path and 405 for a known path's wrong
+/// method. On the keyed routes the key is checked first: without it, a wrong method is a 401.
 pub fn app(state: AppState) -> Router {
     let limit = state.config().max_request_bytes;
     let api = Router::new()
@@ -46,6 +47,8 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/models", get(routes::models::models))
         .route("/tokenize", post(routes::tokenize::tokenize))
         .route("/detokenize", post(routes::tokenize::detokenize))
+        // Before the route layer, so that the key check wraps the 405 as well.
+        .method_not_allowed_fallback(wrong_method)
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             auth::require_key,
@@ -56,6 +59,7 @@ pub fn app(state: AppState) -> Router {
         .route("/ready", get(routes::health::ready))
         .route("/version", get(routes::health::version))
         .route("/metrics", get(routes::metrics::metrics))
+        .method_not_allowed_fallback(wrong_method)
         .fallback(no_route)
         .layer(DefaultBodyLimit::max(limit))
         .with_state(state)
@@ -63,6 +67,11 @@ pub fn app(state: AppState) -> Router {
 
 async fn no_route(req: Request) -> Response {
     ApiError::no_route(req.uri().path()).into_response()
+}
+
+/// axum adds the `Allow` header to what this returns.
+async fn wrong_method(req: Request) -> Response {
+    ApiError::method_not_allowed(req.method(), req.uri().path()).into_response()
 }
 
 /// Loads the model (blocking: call from a plain thread or `spawn_blocking`) into a new state.
