@@ -13,6 +13,7 @@ pub mod config;
 mod constraints;
 pub mod error;
 mod generation;
+mod http_server;
 mod logprobs;
 pub mod metrics;
 mod routes;
@@ -88,6 +89,8 @@ pub fn load(
 /// Serves `state` on `listener` until `shutdown` resolves, then drains: new requests get 503
 /// while in-flight ones finish, for up to `config.shutdown_timeout`; requests still running
 /// then are cut off (their streams end with an error event) and the function returns.
+/// Connections slow to send their request headers, or idle between requests, are closed after
+/// `config.request_header_timeout` and `config.keep_alive_timeout`.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: AppState,
@@ -110,13 +113,13 @@ pub async fn serve(
         }
         let _ = stop_tx.send(());
     });
-    // Small SSE writes must not wait for delayed ACKs (Nagle): ~40 ms on every first token.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    axum::serve(listener, router)
-        .with_graceful_shutdown(async move {
-            let _ = stop_rx.await;
-        })
-        .await
+    let timeouts = http_server::Timeouts {
+        header: state.config().request_header_timeout,
+        keep_alive: state.config().keep_alive_timeout,
+    };
+    http_server::run(listener, router, timeouts, async move {
+        let _ = stop_rx.await;
+    })
+    .await;
+    Ok(())
 }

@@ -1,18 +1,38 @@
-//! What a hostile (or just broken) client finds: a wrong method or an unknown path answers the
-//! OpenAI error body, never an empty one, with or without an API key.
+//! What a hostile (or just broken) client finds: a wrong method or path answers the OpenAI error
+//! body, never an empty one; a connection that dribbles its headers or idles between requests is
+//! closed after the configured timeouts, while slow bodies and slow streams are left alone.
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
+use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
-use common::{TestServer, client, error_of};
+use common::{MODEL, TestServer, chunks, error_of, post};
+use futures_util::StreamExt;
 use pagoda_server::ServerConfig;
-use serde_json::Value;
+use serde_json::{Value, json};
+
+/// Short enough that the timeout tests are quick, long enough for a noisy machine to send a
+/// request's headers in one go.
+const TIMEOUT: Duration = Duration::from_millis(300);
+/// The longest any close may take: many times `TIMEOUT`, so only a missing close fails.
+const BOUND: Duration = Duration::from_secs(10);
 
 fn server() -> &'static TestServer {
     static S: OnceLock<TestServer> = OnceLock::new();
-    S.get_or_init(|| TestServer::start(common::small_setup(), common::config()))
+    S.get_or_init(|| {
+        TestServer::start(
+            common::small_setup(),
+            ServerConfig {
+                request_header_timeout: TIMEOUT,
+                keep_alive_timeout: TIMEOUT,
+                ..common::config()
+            },
+        )
+    })
 }
 
 /// A model-less server behind an API key: routing and auth need no model.
@@ -24,6 +44,15 @@ fn keyed() -> &'static TestServer {
             ..common::config()
         })
     })
+}
+
+/// A client that never reuses a connection: the server closes idle ones after `TIMEOUT`, and a
+/// pooled connection closed just as a request goes out would fail that request.
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap()
 }
 
 // ---- 405 and 404 -------------------------------------------------------------------------
@@ -95,4 +124,234 @@ async fn wrong_method_behind_the_api_key_is_json_too() {
     }
     expect_json_error(&c, s, Method::POST, "/health", 405).await;
     expect_json_error(&c, s, Method::GET, "/v1/nothing-here", 404).await;
+}
+
+// ---- slow and idle connections -----------------------------------------------------------
+
+fn connect(s: &TestServer) -> TcpStream {
+    let tcp = TcpStream::connect(s.addr()).unwrap();
+    tcp.set_read_timeout(Some(BOUND)).unwrap();
+    tcp
+}
+
+/// Waits for the server to close `tcp`; returns how long it took and whatever it sent first.
+fn wait_closed(tcp: &mut TcpStream) -> (Duration, Vec<u8>) {
+    let started = Instant::now();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match tcp.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == ErrorKind::ConnectionReset => break,
+            Err(e) => panic!(
+                "the server did not close the connection within {BOUND:?} ({e}); sent {:?}",
+                String::from_utf8_lossy(&got)
+            ),
+        }
+    }
+    (started.elapsed(), got)
+}
+
+/// Reads one response with a `content-length` body: (status line, body).
+fn read_response(tcp: &mut TcpStream) -> (String, String) {
+    let mut data = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let text = String::from_utf8_lossy(&data).into_owned();
+        if let Some(end) = text.find("\r\n\r\n") {
+            let head = &text[..end];
+            let len: usize = head
+                .lines()
+                .find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    k.eq_ignore_ascii_case("content-length")
+                        .then(|| v.trim().parse().unwrap())
+                })
+                .unwrap_or_else(|| panic!("no content-length in {head:?}"));
+            if data.len() >= end + 4 + len {
+                let status = head.lines().next().unwrap().to_owned();
+                return (status, text[end + 4..end + 4 + len].to_owned());
+            }
+        }
+        let n = tcp.read(&mut buf).unwrap();
+        assert!(n > 0, "connection closed mid-response: {text:?}");
+        data.extend_from_slice(&buf[..n]);
+    }
+}
+
+#[test]
+fn a_request_head_that_never_ends_is_closed_unanswered() {
+    let s = server();
+    let mut tcp = connect(s);
+    tcp.write_all(b"POST /v1/completions HTTP/1.1\r\nHost: pagoda\r\nContent-Type: applic")
+        .unwrap();
+    let (took, got) = wait_closed(&mut tcp);
+    assert!(
+        got.is_empty(),
+        "answered: {:?}",
+        String::from_utf8_lossy(&got)
+    );
+    assert!(
+        took >= TIMEOUT / 2,
+        "closed after {took:?}, before the timeout"
+    );
+}
+
+/// Slowloris: one header byte at a time, each well inside the timeout, never finishing. The
+/// header timeout counts from the connection's start, not from the last byte.
+#[test]
+fn a_head_dribbled_byte_by_byte_is_closed() {
+    let s = server();
+    let mut tcp = connect(s);
+    tcp.set_read_timeout(Some(TIMEOUT / 3)).unwrap();
+    let started = Instant::now();
+    let head = b"GET /health HTTP/1.1\r\nHost: pagoda\r\nX-Padding: ".iter();
+    let mut bytes = head.chain(std::iter::repeat(&b'a'));
+    let closed = loop {
+        assert!(started.elapsed() < BOUND, "still open after {BOUND:?}");
+        if tcp.write_all(&[*bytes.next().unwrap()]).is_err() {
+            break true;
+        }
+        let mut buf = [0u8; 64];
+        match tcp.read(&mut buf) {
+            Ok(0) => break true,
+            Ok(n) => panic!("answered: {:?}", String::from_utf8_lossy(&buf[..n])),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(_) => break true,
+        }
+    };
+    assert!(closed);
+}
+
+#[test]
+fn an_idle_keep_alive_connection_is_closed_after_its_requests() {
+    let s = server();
+    let mut tcp = connect(s);
+    // Two requests on one connection: keep-alive still works.
+    for _ in 0..2 {
+        tcp.write_all(b"GET /health HTTP/1.1\r\nHost: pagoda\r\n\r\n")
+            .unwrap();
+        let (status, _) = read_response(&mut tcp);
+        assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    }
+    let (took, got) = wait_closed(&mut tcp);
+    assert!(got.is_empty(), "sent {:?}", String::from_utf8_lossy(&got));
+    assert!(
+        took >= TIMEOUT / 2,
+        "closed after {took:?}, before the timeout"
+    );
+}
+
+/// The timeouts stop at the end of the head: a body that takes longer than both is still read
+/// and answered.
+#[test]
+fn a_slow_body_is_not_a_slow_head() {
+    let s = server();
+    let mut tcp = connect(s);
+    let body = br#"{"prompt": "a b c"}"#;
+    write!(
+        tcp,
+        "POST /tokenize HTTP/1.1\r\nHost: pagoda\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    std::thread::sleep(TIMEOUT * 3);
+    tcp.write_all(body).unwrap();
+    let (status, answer) = read_response(&mut tcp);
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}: {answer}");
+    let v: Value = serde_json::from_str(&answer).unwrap();
+    assert!(v["count"].as_u64().unwrap() > 0, "{v}");
+}
+
+/// A long prompt makes the gap before the first token (prefill) longer than the timeouts on
+/// most machines; nothing may cut the stream, and ordinary requests pass.
+#[tokio::test]
+async fn slow_streams_and_ordinary_requests_are_not_cut() {
+    let s = server();
+    let c = client();
+    let body = json!({"model": MODEL, "prompt": "tell me more about it. ".repeat(60),
+                      "max_tokens": 32, "ignore_eos": true, "stream": true});
+    let res = c
+        .post(s.url("/v1/completions"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let mut parser = pagoda_protocol::SseParser::new();
+    let mut events = Vec::new();
+    let mut gap = Duration::ZERO;
+    let mut last = Instant::now();
+    let started = last;
+    let mut bytes = res.bytes_stream();
+    while let Some(chunk) = bytes.next().await {
+        gap = gap.max(last.elapsed());
+        last = Instant::now();
+        events.extend(parser.feed(&chunk.unwrap()).into_iter().map(|e| e.data));
+    }
+    let chunks = chunks(&events);
+    let tokens: usize = chunks
+        .iter()
+        .filter(|c| {
+            c["choices"][0]["text"]
+                .as_str()
+                .is_some_and(|t| !t.is_empty())
+        })
+        .count();
+    assert!(tokens > 0, "{events:?}");
+    eprintln!(
+        "stream: {:?} in all, longest gap {gap:?} (timeouts {TIMEOUT:?})",
+        started.elapsed()
+    );
+    let (status, v) = post(
+        &c,
+        &s.url("/v1/chat/completions"),
+        &json!({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}),
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+}
+
+/// The accept loop still speaks h2 to a client that starts with the preface (as `axum::serve`
+/// did), not only HTTP/1.1.
+#[tokio::test]
+async fn h2_with_prior_knowledge_is_served() {
+    let s = server();
+    let c = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap();
+    let res = c.get(s.url("/health")).send().await.unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.version(), reqwest::Version::HTTP_2);
+}
+
+/// A client that never finishes its headers must not hold up the graceful shutdown: the
+/// connection is closed by its timeout, and `serve` returns.
+#[test]
+fn a_stalled_client_does_not_hold_up_shutdown() {
+    let s = TestServer::start_unloaded(ServerConfig {
+        request_header_timeout: TIMEOUT,
+        keep_alive_timeout: TIMEOUT,
+        ..common::config()
+    });
+    let mut stalled = connect(&s);
+    stalled
+        .write_all(b"POST /v1/completions HTTP/1.1\r\nHost: pagoda\r\n")
+        .unwrap();
+    let mut idle = connect(&s);
+    idle.write_all(b"GET /health HTTP/1.1\r\nHost: pagoda\r\n\r\n")
+        .unwrap();
+    let (status, _) = read_response(&mut idle);
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    let started = Instant::now();
+    s.stop();
+    s.join().unwrap();
+    assert!(
+        started.elapsed() < BOUND,
+        "shutdown took {:?}",
+        started.elapsed()
+    );
 }
