@@ -1,6 +1,7 @@
 //! What a hostile (or just broken) client finds: a wrong method or path answers the OpenAI error
 //! body, never an empty one; a connection that dribbles its headers or idles between requests is
-//! closed after the configured timeouts, while slow bodies and slow streams are left alone.
+//! closed after the configured timeouts, while slow bodies and slow streams are left alone; a
+//! grammar too large for the parser is a 400 naming the limit before anything streams.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -354,4 +355,94 @@ fn a_stalled_client_does_not_hold_up_shutdown() {
         "shutdown took {:?}",
         started.elapsed()
     );
+}
+
+// ---- grammars too large for the parser -------------------------------------------------
+
+/// `reason="invalid"` of `pagoda:request_rejected_total`.
+async fn rejected_invalid(c: &reqwest::Client, s: &TestServer) -> f64 {
+    let text = c
+        .get(s.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find(|l| {
+            l.starts_with("pagoda:request_rejected_total{") && l.contains("reason=\"invalid\"")
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no rejected counter in\n{text}"))
+}
+
+/// Each too-large constraint, on both endpoints, streamed or not: a 400 on
+/// `structured_outputs` whose message names the limit, counted as rejected.
+async fn expect_too_large(constraint: Value, limit: &str) {
+    let s = server();
+    let c = client();
+    let before = rejected_invalid(&c, s).await;
+    let mut sent = 0.0;
+    for path in ["/v1/completions", "/v1/chat/completions"] {
+        for stream in [false, true] {
+            let mut body = json!({"model": MODEL, "max_tokens": 4, "stream": stream,
+                                  "structured_outputs": constraint});
+            if path == "/v1/completions" {
+                body["prompt"] = json!("Pick one:");
+            } else {
+                body["messages"] = json!([{"role": "user", "content": "Pick one."}]);
+            }
+            // A 400 is plain JSON, streamed or not; an SSE answer would come back as a string.
+            let (status, v) = post(&c, &s.url(path), &body).await;
+            assert_eq!(status, 400, "{path} stream={stream}: {v}");
+            let e = error_of(&v);
+            assert_eq!(e["param"], "structured_outputs", "{v}");
+            let msg = e["message"].as_str().unwrap();
+            assert!(
+                msg.contains("too large for the parser") && msg.contains(limit),
+                "{path} stream={stream}: {msg}"
+            );
+            sent += 1.0;
+        }
+    }
+    let after = rejected_invalid(&c, s).await;
+    assert!(after - before >= sent, "rejected {before} -> {after}");
+}
+
+#[tokio::test]
+async fn a_choice_list_too_large_for_the_parser_is_a_400() {
+    let choices: Vec<String> = (0..2500).map(|i| format!("option {i}")).collect();
+    expect_too_large(
+        json!({"choice": choices}),
+        "limit `max_items_in_row` = 2000",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_lark_grammar_with_thousands_of_alternatives_is_a_400() {
+    let alts: Vec<String> = (0..3000).map(|i| format!("\"w{i}\"")).collect();
+    let grammar = format!("start: word\nword: {}\n", alts.join(" | "));
+    expect_too_large(
+        json!({"grammar": grammar}),
+        "limit `max_items_in_row` = 2000",
+    )
+    .await;
+}
+
+/// A regex alternation past the lexer's build budget (~1 s to find out: one request only).
+#[tokio::test]
+async fn a_huge_regex_alternation_is_a_400() {
+    let s = server();
+    let c = client();
+    let words: Vec<String> = (0..200_000).map(|i| format!("w{i}")).collect();
+    let body = json!({"model": MODEL, "max_tokens": 4, "stream": true,
+                      "messages": [{"role": "user", "content": "Pick one."}],
+                      "structured_outputs": {"regex": format!("({})", words.join("|"))}});
+    let (status, v) = post(&c, &s.url("/v1/chat/completions"), &body).await;
+    assert_eq!(status, 400, "{v}");
+    let msg = error_of(&v)["message"].as_str().unwrap();
+    assert!(msg.contains("limit `initial_lexer_fuel`"), "{msg}");
 }
