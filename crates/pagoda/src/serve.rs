@@ -38,6 +38,13 @@ pub struct ServeArgs {
     /// Seconds in-flight requests get to finish after SIGTERM/SIGINT.
     #[arg(long, env = "PAGODA_SHUTDOWN_TIMEOUT", default_value_t = 30.0)]
     shutdown_timeout: f64,
+    /// Seconds a client has to send a request's headers (from connecting, or from the first
+    /// byte of a keep-alive request); slower connections are closed.
+    #[arg(long, env = "PAGODA_REQUEST_HEADER_TIMEOUT", default_value_t = 10.0)]
+    request_header_timeout: f64,
+    /// Seconds an idle keep-alive connection is kept open between requests.
+    #[arg(long, env = "PAGODA_KEEP_ALIVE_TIMEOUT", default_value_t = 5.0)]
+    keep_alive_timeout: f64,
     /// How tool calls are written and parsed: `auto` (from the chat template: `hermes` when it
     /// mentions <tool_call>, `generic` when it ignores `tools`), `hermes`, `generic`, or `none`
     /// (requests with `tools` get 400). See docs/tool-calling.md.
@@ -56,6 +63,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     if !(args.shutdown_timeout.is_finite() && args.shutdown_timeout >= 0.0) {
         anyhow::bail!("--shutdown-timeout must be a number of seconds >= 0");
     }
+    let request_header_timeout =
+        positive_secs("--request-header-timeout", args.request_header_timeout)?;
+    let keep_alive_timeout = positive_secs("--keep-alive-timeout", args.keep_alive_timeout)?;
     let served_model_name = match args.served_model_name {
         Some(n) => n,
         None => path
@@ -68,6 +78,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         api_key: args.api_key.filter(|k| !k.is_empty()),
         max_request_bytes: args.max_request_bytes,
         shutdown_timeout: Duration::from_secs_f64(args.shutdown_timeout),
+        request_header_timeout,
+        keep_alive_timeout,
         tool_call_parser: args.tool_call_parser,
         reasoning_parser: args.reasoning_parser,
         ..ServerConfig::default()
@@ -109,6 +121,15 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         eprintln!("pagoda: drained, exiting");
         anyhow::Ok(())
     })
+}
+
+/// A timeout flag's seconds; zero would close every connection at once, so it is refused.
+fn positive_secs(flag: &str, secs: f64) -> anyhow::Result<Duration> {
+    // try_from_secs_f64 also refuses values too large for a Duration.
+    match Duration::try_from_secs_f64(secs) {
+        Ok(d) if !d.is_zero() => Ok(d),
+        _ => anyhow::bail!("{flag} must be a number of seconds > 0"),
+    }
 }
 
 /// Resolves on the first SIGINT (Ctrl-C) or SIGTERM.

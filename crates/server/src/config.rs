@@ -1,5 +1,5 @@
-//! `ServerConfig`: the HTTP-side settings (model name, API key, body limit, drain timeout, the
-//! tool-call and reasoning parsers),
+//! `ServerConfig`: the HTTP-side settings (model name, API key, body limit, drain and
+//! slow-client timeouts, the tool-call and reasoning parsers),
 //! resolved values only; the command line that fills it lives in the `pagoda` binary.
 
 use std::time::Duration;
@@ -18,6 +18,12 @@ pub struct ServerConfig {
     pub max_request_bytes: usize,
     /// On shutdown, in-flight requests get this long to finish before they are cut off.
     pub shutdown_timeout: Duration,
+    /// A connection whose request headers have not all arrived this long after it opened (or
+    /// after the first byte of a keep-alive request) is closed without an answer.
+    pub request_header_timeout: Duration,
+    /// After a response, the connection is closed unless a byte of the next request arrives
+    /// within this long.
+    pub keep_alive_timeout: Duration,
     /// Outputs buffered per request before a reader that fell behind is cut off.
     pub output_buffer: usize,
     /// How tool calls are written and parsed: from the chat template (`Auto`), a fixed format,
@@ -34,6 +40,9 @@ impl Default for ServerConfig {
             api_key: None,
             max_request_bytes: 8 * 1024 * 1024,
             shutdown_timeout: Duration::from_secs(30),
+            request_header_timeout: Duration::from_secs(10),
+            // uvicorn's (and so vLLM's) default.
+            keep_alive_timeout: Duration::from_secs(5),
             output_buffer: 1024,
             tool_call_parser: ToolParserChoice::Auto,
             reasoning_parser: ReasoningParser::None,

@@ -3,7 +3,7 @@
 //! request refused as sent (400) is a `ValidationError`, turned into this in one place.
 
 use axum::Json;
-use axum::http::StatusCode;
+use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use pagoda_protocol::ErrorResponse;
 
@@ -30,6 +30,19 @@ impl ApiError {
         Self::new(
             StatusCode::NOT_FOUND,
             ErrorResponse::not_found(format!("no route for {path}")),
+        )
+    }
+
+    /// 405: the path exists, but not for this method (the router adds the `Allow` header).
+    pub fn method_not_allowed(method: &Method, path: &str) -> Self {
+        Self::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            ErrorResponse::new(
+                "invalid_request_error",
+                format!("method {method} is not allowed for {path}"),
+                None,
+                Some("method_not_allowed"),
+            ),
         )
     }
 

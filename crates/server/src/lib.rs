@@ -13,6 +13,7 @@ pub mod config;
 mod constraints;
 pub mod error;
 mod generation;
+mod http_server;
 mod logprobs;
 pub mod metrics;
 pub mod model_loader;
@@ -43,7 +44,8 @@ pub use state::AppState;
 pub use valid_request::{TextOptions, Unchecked, ValidRequest};
 
 /// The router: generation and tokenizer routes behind the API key (when set), health and
-/// metrics open, OpenAI-shaped 404 for anything else.
+/// metrics open; OpenAI-shaped 404 for an unknown path and 405 for a known path's wrong
+/// method. On the keyed routes the key is checked first: without it, a wrong method is a 401.
 pub fn app(state: AppState) -> Router {
     let limit = state.config().max_request_bytes;
     let api = Router::new()
@@ -58,6 +60,8 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/models", get(routes::models::models))
         .route("/tokenize", post(routes::tokenize::tokenize))
         .route("/detokenize", post(routes::tokenize::detokenize))
+        // Before the route layer, so that the key check wraps the 405 as well.
+        .method_not_allowed_fallback(wrong_method)
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             auth::require_key,
@@ -68,6 +72,7 @@ pub fn app(state: AppState) -> Router {
         .route("/ready", get(routes::health::ready))
         .route("/version", get(routes::health::version))
         .route("/metrics", get(routes::metrics::metrics))
+        .method_not_allowed_fallback(wrong_method)
         .fallback(no_route)
         .layer(DefaultBodyLimit::max(limit))
         .with_state(state)
@@ -75,6 +80,11 @@ pub fn app(state: AppState) -> Router {
 
 async fn no_route(req: Request) -> Response {
     ApiError::no_route(req.uri().path()).into_response()
+}
+
+/// axum adds the `Allow` header to what this returns.
+async fn wrong_method(req: Request) -> Response {
+    ApiError::method_not_allowed(req.method(), req.uri().path()).into_response()
 }
 
 /// Loads the model (blocking: call from a plain thread or `spawn_blocking`) into a new state.
@@ -91,6 +101,8 @@ pub fn load(
 /// Serves `state` on `listener` until `shutdown` resolves, then drains: new requests get 503
 /// while in-flight ones finish, for up to `config.shutdown_timeout`; requests still running
 /// then are cut off (their streams end with an error event) and the function returns.
+/// Connections slow to send their request headers, or idle between requests, are closed after
+/// `config.request_header_timeout` and `config.keep_alive_timeout`.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: AppState,
@@ -113,13 +125,13 @@ pub async fn serve(
         }
         let _ = stop_tx.send(());
     });
-    // Small SSE writes must not wait for delayed ACKs (Nagle): ~40 ms on every first token.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    axum::serve(listener, router)
-        .with_graceful_shutdown(async move {
-            let _ = stop_rx.await;
-        })
-        .await
+    let timeouts = http_server::Timeouts {
+        header: state.config().request_header_timeout,
+        keep_alive: state.config().keep_alive_timeout,
+    };
+    http_server::run(listener, router, timeouts, async move {
+        let _ = stop_rx.await;
+    })
+    .await;
+    Ok(())
 }

@@ -13,6 +13,19 @@ pub enum StructuredError {
     InvalidGrammar(String),
     #[error("invalid choice: {0}")]
     InvalidChoice(String),
+    /// Valid, but beyond one of the parser's limits (llguidance's `ParserLimits`, named with
+    /// its value). Found while compiling, so it is a 400 before anything is generated.
+    #[error("{what} too large for the parser: {detail} (limit `{limit}` = {value})")]
+    TooLarge {
+        /// The constraint kind, as the user would name it ("choice list", "grammar", ...).
+        what: &'static str,
+        /// The `ParserLimits` field that was exceeded.
+        limit: &'static str,
+        /// That limit's value.
+        value: u64,
+        /// llguidance's own account of it.
+        detail: String,
+    },
     /// The tokenizer could not be turned into a token trie (a broken vocabulary).
     #[error("structured output unavailable for this tokenizer: {0}")]
     Tokenizer(String),

@@ -211,3 +211,79 @@ fn a_finished_grammar_allows_only_eos() {
         .collect();
     assert!(allowed.iter().all(|&i| tok.is_eog(i as u32)), "{allowed:?}");
 }
+
+/// Regression (hostile client): constraints beyond the parser's limits are found by `compile`,
+/// as `TooLarge` naming the limit, and are not cached; just below the limit still works. Before,
+/// they compiled and failed the first sampling step (`Matcher` error: a 500, or an error event
+/// first in a 200 stream).
+#[test]
+fn constraints_beyond_the_parser_limits_are_too_large() {
+    let tok = tokenizer(SMOLLM2);
+    let so = StructuredOutputs::new(tok.clone());
+    let words = |n: usize, prefix: &str| (0..n).map(|i| format!("{prefix}{i}")).collect::<Vec<_>>();
+    let alternatives = |n: usize, prefix: &str| {
+        words(n, prefix)
+            .iter()
+            .map(|w| format!("\"{w}\""))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    };
+    let cases = [
+        (
+            Constraint::Choice(words(2500, "option ")),
+            "max_items_in_row",
+            "2500 choices",
+        ),
+        (
+            Constraint::Grammar(format!("start: word\nword: {}\n", alternatives(3000, "w"))),
+            "max_items_in_row",
+            "has 3000 alternatives",
+        ),
+        // Reached only after a free-form lexeme: found in the compiled grammar, not by luck.
+        (
+            Constraint::Grammar(format!(
+                "start: NAME \": \" word\nNAME: /[a-z]+/\nword: {}\n",
+                alternatives(3000, "w")
+            )),
+            "max_items_in_row",
+            "rule `word` has 3000 alternatives",
+        ),
+        // Two rules that fit alone but not predicted together: the rehearsed first step.
+        (
+            Constraint::Grammar(format!(
+                "start: a | b\na: {}\nb: {}\n",
+                alternatives(1200, "w"),
+                alternatives(1200, "v")
+            )),
+            "max_items_in_row",
+            "Current row has",
+        ),
+        (
+            Constraint::Regex(format!("({})", words(200_000, "w").join("|"))),
+            "initial_lexer_fuel",
+            "too big",
+        ),
+    ];
+    for (c, limit, detail) in cases {
+        let kind = c.kind();
+        match so.compile(&c) {
+            Err(e @ StructuredError::TooLarge { .. }) => {
+                let msg = e.to_string();
+                assert!(msg.contains(detail), "{kind}: {msg}");
+                assert!(
+                    msg.contains(&format!("(limit `{limit}` = ")),
+                    "{kind}: {msg}"
+                );
+                assert!(msg.len() < 400, "{kind}: a message of {} bytes", msg.len());
+            }
+            Err(e) => panic!("{kind}: {e}"),
+            Ok(_) => panic!("{kind} compiled"),
+        }
+    }
+    assert_eq!(so.num_cached(), 0, "errors are not cached");
+    let fine = Constraint::Choice(words(1999, "w"));
+    assert!(accepts(&so, &tok, &fine, "w1998"));
+    assert!(!accepts(&so, &tok, &fine, "w1999"));
+    let fine = Constraint::Grammar(format!("start: word\nword: {}\n", alternatives(1998, "w")));
+    assert!(accepts(&so, &tok, &fine, "w1997"));
+}

@@ -62,6 +62,17 @@ impl TestServer {
 
     /// A server for the model at `path`.
     pub fn start_model(path: PathBuf, setup: EngineSetup, config: ServerConfig) -> Self {
+        Self::start_with(move || pagoda_server::load(&path, &setup, config).unwrap())
+    }
+
+    /// A server whose model never loads: routing, auth and connection handling without the
+    /// cost of a model (generation routes answer 503).
+    pub fn start_unloaded(config: ServerConfig) -> Self {
+        Self::start_with(move || pagoda_server::AppState::new(config))
+    }
+
+    /// A server over the state `make` builds (on a blocking thread).
+    fn start_with(make: impl FnOnce() -> pagoda_server::AppState + Send + 'static) -> Self {
         let (addr_tx, addr_rx) = std::sync::mpsc::channel();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let (done_tx, done_rx) = std::sync::mpsc::channel();
@@ -74,11 +85,7 @@ impl TestServer {
             rt.block_on(async move {
                 let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
                 let addr = listener.local_addr().unwrap();
-                let state =
-                    tokio::task::spawn_blocking(move || pagoda_server::load(&path, &setup, config))
-                        .await
-                        .unwrap()
-                        .unwrap();
+                let state = tokio::task::spawn_blocking(make).await.unwrap();
                 addr_tx.send(addr).unwrap();
                 let result = pagoda_server::serve(listener, state, async move {
                     let _ = stop_rx.await;
@@ -93,6 +100,11 @@ impl TestServer {
             shutdown: Mutex::new(Some(stop_tx)),
             done: Mutex::new(Some(done_rx)),
         }
+    }
+
+    /// The listening address, for raw-socket clients.
+    pub fn addr(&self) -> std::net::SocketAddr {
+        self.base.trim_start_matches("http://").parse().unwrap()
     }
 
     pub fn url(&self, path: &str) -> String {
