@@ -158,7 +158,17 @@ impl Generation {
                     }
                 }
                 Some(Err(e)) => {
+                    // The engine failed this prompt's choices: they end as errors, not aborts.
                     self.streams[prompt] = None;
+                    let n = self.n;
+                    for c in self.choices[prompt * n..(prompt + 1) * n].iter_mut() {
+                        if !c.finished {
+                            c.finished = true;
+                            if let Some(m) = &self.metrics {
+                                m.count_finished("error");
+                            }
+                        }
+                    }
                     return Some(Err(stream_error(e)));
                 }
                 None => self.streams[prompt] = None,
