@@ -3,7 +3,8 @@
 //! Projections of one input (q/k/v, gate/up) can be joined into one matrix so a step runs one
 //! matmul (one fork-join) for them: in place when the file stores them back to back.
 //! Matrices the forward pass multiplies by are repacked once at load into the kernels' 8-row
-//! interleaved layout ([`PackedMatrix`]) when their type has packed kernels on this CPU.
+//! interleaved layout ([`PackedMatrix`]) when their type has packed kernels on this CPU, or
+//! mapped from the load's pack cache file when it holds them.
 
 use std::sync::Arc;
 
@@ -13,6 +14,7 @@ use pagoda_kernels::quant::packed::{GROUP_ROWS, PackedMatrix};
 use pagoda_kernels::quant::{self, GgmlType};
 
 use crate::ModelError;
+use crate::pack_cache::{PackCacheStatus, PackSession};
 
 /// Types the matmul and dequantize kernels accept for weight matrices.
 fn is_weight_type(ty: GgmlType) -> bool {
@@ -66,11 +68,34 @@ pub struct Linear {
 #[derive(Clone)]
 pub struct Weights {
     file: Arc<GgufFile>,
+    /// Where [`Weights::packed`] finds and records packed layouts during the load.
+    pack: Arc<PackSession>,
 }
 
 impl Weights {
+    /// Weights packed at load, with no cache.
     pub fn new(file: Arc<GgufFile>) -> Self {
-        Self { file }
+        Self::with_pack_session(file, PackSession::off())
+    }
+
+    pub(crate) fn with_pack_session(file: Arc<GgufFile>, pack: PackSession) -> Self {
+        Self {
+            file,
+            pack: Arc::new(pack),
+        }
+    }
+
+    /// Ends the load's use of the pack cache (writing a new file if anything was packed); later
+    /// [`Weights::packed`] calls pack without it.
+    pub(crate) fn finish_packing(&mut self) -> PackCacheStatus {
+        let session = std::mem::replace(&mut self.pack, Arc::new(PackSession::off()));
+        match Arc::try_unwrap(session) {
+            Ok(session) => session.finish(),
+            // A clone made during the load still holds the session: leave the cache alone.
+            Err(_) => {
+                PackCacheStatus::Unavailable("the weights were cloned during the load".into())
+            }
+        }
     }
 
     pub fn file(&self) -> &GgufFile {
@@ -239,10 +264,18 @@ impl Weights {
     }
 
     /// `l` with its matrix also repacked for the matmul kernels, when its type has a packed form
-    /// on this CPU. Done once at load; `forward` then reads only the packed copy.
+    /// on this CPU (taken from the pack cache file when it holds it). Done once at load;
+    /// `forward` then reads only the packed copy.
     pub fn packed(&self, mut l: Linear) -> Linear {
         let m = &l.weight;
-        l.weight.packed = PackedMatrix::pack(m.ty, m.rows, m.cols, self.bytes(m)).map(Arc::new);
+        let found = self.pack.lookup(&m.name, m.ty, m.rows, m.cols);
+        let hit = found.is_some();
+        let packed =
+            found.or_else(|| PackedMatrix::pack(m.ty, m.rows, m.cols, self.bytes(m)).map(Arc::new));
+        if let Some(p) = &packed {
+            self.pack.record(&m.name, p, hit);
+        }
+        l.weight.packed = packed;
         l
     }
 
