@@ -6,7 +6,7 @@
 //! interleaved layout ([`PackedMatrix`]) when their type has packed kernels on this CPU, or
 //! mapped from the load's pack cache file when it holds them.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use pagoda_gguf::GgufFile;
 use pagoda_kernels::matmul::{self, MatmulScratch};
@@ -53,8 +53,14 @@ enum Storage {
     /// `len` bytes of the file from the start of tensor `first`: tensors stored back to back,
     /// read as one matrix.
     Adjacent { first: usize, len: usize },
-    /// Rows copied together at load, when the parts were not adjacent in the file.
-    Owned(Arc<[u8]>),
+    /// Parts not adjacent in the file, copied together the first time the matrix is read as
+    /// one ([`Weights::bytes`]). A packed matrix is read only by its packer, which takes a
+    /// transient copy, so it holds no copy at all, and one mapped from the pack cache never
+    /// copies its parts.
+    Gathered {
+        parts: Arc<[Matrix]>,
+        copy: Arc<OnceLock<Box<[u8]>>>,
+    },
 }
 
 /// A linear layer: a matrix and an optional bias.
@@ -188,12 +194,10 @@ impl Weights {
                 first: *index,
                 len: parts.iter().map(|p| self.bytes(&p.weight).len()).sum(),
             },
-            _ => Storage::Owned(
-                parts
-                    .iter()
-                    .flat_map(|p| self.bytes(&p.weight).iter().copied())
-                    .collect(),
-            ),
+            _ => Storage::Gathered {
+                parts: parts.iter().map(|p| p.weight.clone()).collect(),
+                copy: Arc::default(),
+            },
         };
         let name = parts
             .iter()
@@ -270,13 +274,37 @@ impl Weights {
         let m = &l.weight;
         let found = self.pack.lookup(&m.name, m.ty, m.rows, m.cols);
         let hit = found.is_some();
-        let packed =
-            found.or_else(|| PackedMatrix::pack(m.ty, m.rows, m.cols, self.bytes(m)).map(Arc::new));
-        if let Some(p) = &packed {
-            self.pack.record(&m.name, p, hit);
+        let packed = found.or_else(|| {
+            self.with_bytes(m, |w| PackedMatrix::pack(m.ty, m.rows, m.cols, w))
+                .map(Arc::new)
+        });
+        match &packed {
+            Some(p) => self.pack.record(&m.name, p, hit),
+            // The plain kernels will read the rows: copy gathered parts now, not in a step.
+            None => {
+                self.bytes(m);
+            }
         }
         l.weight.packed = packed;
         l
+    }
+
+    /// `f` of the bytes of `m`; gathered parts nothing has read yet are copied together for
+    /// `f` only, not kept.
+    fn with_bytes<R>(&self, m: &Matrix, f: impl FnOnce(&[u8]) -> R) -> R {
+        match &m.storage {
+            Storage::Gathered { parts, copy } if copy.get().is_none() => f(&self.gather(parts)),
+            _ => f(self.bytes(m)),
+        }
+    }
+
+    /// The bytes of `parts`, one after the other.
+    fn gather(&self, parts: &[Matrix]) -> Box<[u8]> {
+        let mut out = Vec::with_capacity(parts.iter().map(|p| self.bytes(p).len()).sum());
+        for p in parts {
+            out.extend_from_slice(self.bytes(p));
+        }
+        out.into_boxed_slice()
     }
 
     /// The bytes of a matrix checked by [`Weights::matrix`].
@@ -294,7 +322,7 @@ impl Weights {
                 // these `len` bytes are the parts' bytes, in bounds of that one allocation.
                 unsafe { std::slice::from_raw_parts(start, *len) }
             }
-            Storage::Owned(bytes) => bytes,
+            Storage::Gathered { parts, copy } => copy.get_or_init(|| self.gather(parts)),
         }
     }
 
