@@ -1,7 +1,8 @@
 //! pagoda-model: turns a GGUF file into logits. `ModelConfig` and `Weights` read and check the
 //! file; `Model` holds the llama/qwen2 and gemma3 architectures; `CpuExecutor` runs a flat
 //! `ForwardBatch` against a paged `KvCache`; `ModelRunner` drives it for the engine core
-//! (`build_engine`), sampling with a per-sequence `Sampler`.
+//! (`build_engine`), sampling with a per-sequence `Sampler`. `PackCache` keeps the kernels'
+//! packed weight layout in a file beside the model, so later loads map it instead of repacking.
 
 pub mod batch;
 pub mod config;
@@ -11,6 +12,7 @@ pub mod executor;
 pub mod kv_cache;
 pub mod model_runner;
 pub mod models;
+pub mod pack_cache;
 pub mod sampler;
 pub mod weights;
 
@@ -22,4 +24,5 @@ pub use executor::CpuExecutor;
 pub use kv_cache::KvCache;
 pub use model_runner::ModelRunner;
 pub use models::Model;
+pub use pack_cache::{CacheMiss, PackCache, PackCacheStatus};
 pub use sampler::{PositionLogprobs, Sampled, Sampler, TokenLogprob, prompt_logprobs};

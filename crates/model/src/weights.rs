@@ -3,9 +3,10 @@
 //! Projections of one input (q/k/v, gate/up) can be joined into one matrix so a step runs one
 //! matmul (one fork-join) for them: in place when the file stores them back to back.
 //! Matrices the forward pass multiplies by are repacked once at load into the kernels' 8-row
-//! interleaved layout ([`PackedMatrix`]) when their type has packed kernels on this CPU.
+//! interleaved layout ([`PackedMatrix`]) when their type has packed kernels on this CPU, or
+//! mapped from the load's pack cache file when it holds them.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use pagoda_gguf::GgufFile;
 use pagoda_kernels::matmul::{self, MatmulScratch};
@@ -13,6 +14,7 @@ use pagoda_kernels::quant::packed::{GROUP_ROWS, PackedMatrix};
 use pagoda_kernels::quant::{self, GgmlType};
 
 use crate::ModelError;
+use crate::pack_cache::{PackCacheStatus, PackSession};
 
 /// Types the matmul and dequantize kernels accept for weight matrices.
 fn is_weight_type(ty: GgmlType) -> bool {
@@ -51,8 +53,14 @@ enum Storage {
     /// `len` bytes of the file from the start of tensor `first`: tensors stored back to back,
     /// read as one matrix.
     Adjacent { first: usize, len: usize },
-    /// Rows copied together at load, when the parts were not adjacent in the file.
-    Owned(Arc<[u8]>),
+    /// Parts not adjacent in the file, copied together the first time the matrix is read as
+    /// one ([`Weights::bytes`]). A packed matrix is read only by its packer, which takes a
+    /// transient copy, so it holds no copy at all, and one mapped from the pack cache never
+    /// copies its parts.
+    Gathered {
+        parts: Arc<[Matrix]>,
+        copy: Arc<OnceLock<Box<[u8]>>>,
+    },
 }
 
 /// A linear layer: a matrix and an optional bias.
@@ -66,11 +74,34 @@ pub struct Linear {
 #[derive(Clone)]
 pub struct Weights {
     file: Arc<GgufFile>,
+    /// Where [`Weights::packed`] finds and records packed layouts during the load.
+    pack: Arc<PackSession>,
 }
 
 impl Weights {
+    /// Weights packed at load, with no cache.
     pub fn new(file: Arc<GgufFile>) -> Self {
-        Self { file }
+        Self::with_pack_session(file, PackSession::off())
+    }
+
+    pub(crate) fn with_pack_session(file: Arc<GgufFile>, pack: PackSession) -> Self {
+        Self {
+            file,
+            pack: Arc::new(pack),
+        }
+    }
+
+    /// Ends the load's use of the pack cache (writing a new file if anything was packed); later
+    /// [`Weights::packed`] calls pack without it.
+    pub(crate) fn finish_packing(&mut self) -> PackCacheStatus {
+        let session = std::mem::replace(&mut self.pack, Arc::new(PackSession::off()));
+        match Arc::try_unwrap(session) {
+            Ok(session) => session.finish(),
+            // A clone made during the load still holds the session: leave the cache alone.
+            Err(_) => {
+                PackCacheStatus::Unavailable("the weights were cloned during the load".into())
+            }
+        }
     }
 
     pub fn file(&self) -> &GgufFile {
@@ -163,12 +194,10 @@ impl Weights {
                 first: *index,
                 len: parts.iter().map(|p| self.bytes(&p.weight).len()).sum(),
             },
-            _ => Storage::Owned(
-                parts
-                    .iter()
-                    .flat_map(|p| self.bytes(&p.weight).iter().copied())
-                    .collect(),
-            ),
+            _ => Storage::Gathered {
+                parts: parts.iter().map(|p| p.weight.clone()).collect(),
+                copy: Arc::default(),
+            },
         };
         let name = parts
             .iter()
@@ -239,11 +268,43 @@ impl Weights {
     }
 
     /// `l` with its matrix also repacked for the matmul kernels, when its type has a packed form
-    /// on this CPU. Done once at load; `forward` then reads only the packed copy.
+    /// on this CPU (taken from the pack cache file when it holds it). Done once at load;
+    /// `forward` then reads only the packed copy.
     pub fn packed(&self, mut l: Linear) -> Linear {
         let m = &l.weight;
-        l.weight.packed = PackedMatrix::pack(m.ty, m.rows, m.cols, self.bytes(m)).map(Arc::new);
+        let found = self.pack.lookup(&m.name, m.ty, m.rows, m.cols);
+        let hit = found.is_some();
+        let packed = found.or_else(|| {
+            self.with_bytes(m, |w| PackedMatrix::pack(m.ty, m.rows, m.cols, w))
+                .map(Arc::new)
+        });
+        match &packed {
+            Some(p) => self.pack.record(&m.name, p, hit),
+            // The plain kernels will read the rows: copy gathered parts now, not in a step.
+            None => {
+                self.bytes(m);
+            }
+        }
+        l.weight.packed = packed;
         l
+    }
+
+    /// `f` of the bytes of `m`; gathered parts nothing has read yet are copied together for
+    /// `f` only, not kept.
+    fn with_bytes<R>(&self, m: &Matrix, f: impl FnOnce(&[u8]) -> R) -> R {
+        match &m.storage {
+            Storage::Gathered { parts, copy } if copy.get().is_none() => f(&self.gather(parts)),
+            _ => f(self.bytes(m)),
+        }
+    }
+
+    /// The bytes of `parts`, one after the other.
+    fn gather(&self, parts: &[Matrix]) -> Box<[u8]> {
+        let mut out = Vec::with_capacity(parts.iter().map(|p| self.bytes(p).len()).sum());
+        for p in parts {
+            out.extend_from_slice(self.bytes(p));
+        }
+        out.into_boxed_slice()
     }
 
     /// The bytes of a matrix checked by [`Weights::matrix`].
@@ -261,7 +322,7 @@ impl Weights {
                 // these `len` bytes are the parts' bytes, in bounds of that one allocation.
                 unsafe { std::slice::from_raw_parts(start, *len) }
             }
-            Storage::Owned(bytes) => bytes,
+            Storage::Gathered { parts, copy } => copy.get_or_init(|| self.gather(parts)),
         }
     }
 

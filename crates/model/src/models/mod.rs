@@ -17,6 +17,7 @@ use pagoda_kernels::parallel;
 
 use crate::config::{Architecture, KvCacheDtype, ModelConfig};
 use crate::kv_cache::Arenas;
+use crate::pack_cache::{PackCache, PackCacheStatus, PackSession};
 use crate::weights::{Linear, Matrix, Weights};
 use crate::{ForwardBatch, KvCache, ModelError};
 use output_rows::OutputRows;
@@ -26,6 +27,8 @@ use output_rows::OutputRows;
 pub struct Model {
     config: ModelConfig,
     weights: Weights,
+    /// What the pack cache did while loading.
+    pack_cache: PackCacheStatus,
     token_embd: Matrix,
     output_norm: Vec<f32>,
     /// The output projection: `output.weight`, or the token embedding when tied.
@@ -127,10 +130,26 @@ fn ensure(buf: &mut Vec<f32>, len: usize) -> &mut [f32] {
 }
 
 impl Model {
-    /// Builds the model from an open GGUF file, checking every tensor's shape and type.
+    /// Builds the model from an open GGUF file, checking every tensor's shape and type; packs
+    /// the weights with no cache (the file's path is unknown: see [`Model::load_cached`]).
     pub fn load(file: Arc<GgufFile>) -> Result<Self, ModelError> {
+        Self::load_with(file, PackSession::off())
+    }
+
+    /// [`Model::load`] for the file opened from `path`, with the packed weights cached where
+    /// `cache` says: mapped from a valid cache file, else packed and written to one.
+    pub fn load_cached(
+        file: Arc<GgufFile>,
+        path: &std::path::Path,
+        cache: &PackCache,
+    ) -> Result<Self, ModelError> {
+        let session = PackSession::open(path, &file, cache);
+        Self::load_with(file, session)
+    }
+
+    fn load_with(file: Arc<GgufFile>, pack: PackSession) -> Result<Self, ModelError> {
         let config = ModelConfig::from_gguf(&file)?;
-        let weights = Weights::new(file);
+        let mut weights = Weights::with_pack_session(file, pack);
         let c = &config;
         let token_embd = weights.matrix("token_embd.weight", c.vocab_size, c.d_model)?;
         let output_norm = weights.vector("output_norm.weight", c.d_model)?;
@@ -158,9 +177,11 @@ impl Model {
         };
         let rope = Rope::new(c.head_dim, c.n_rot, c.rope_base, c.rope_style);
         let rope_swa = Rope::new(c.head_dim, c.n_rot, c.rope_base_swa, c.rope_style);
+        let pack_cache = weights.finish_packing();
         Ok(Self {
             config,
             weights,
+            pack_cache,
             token_embd,
             output_norm,
             lm_head,
@@ -170,9 +191,20 @@ impl Model {
         })
     }
 
-    /// Opens `path` and loads the model in it.
+    /// Opens `path` and loads the model in it, with the pack cache the environment chooses
+    /// ([`PackCache::from_env`]).
     pub fn open(path: &std::path::Path) -> Result<Self, ModelError> {
-        Self::load(Arc::new(GgufFile::open(path)?))
+        Self::open_with(path, &PackCache::from_env())
+    }
+
+    /// Opens `path` and loads the model in it, with the packed weights cached as `cache` says.
+    pub fn open_with(path: &std::path::Path, cache: &PackCache) -> Result<Self, ModelError> {
+        Self::load_cached(Arc::new(GgufFile::open(path)?), path, cache)
+    }
+
+    /// What the pack cache did while this model loaded.
+    pub fn pack_cache_status(&self) -> &PackCacheStatus {
+        &self.pack_cache
     }
 
     pub fn config(&self) -> &ModelConfig {

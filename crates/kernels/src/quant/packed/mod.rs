@@ -31,11 +31,17 @@ macro_rules! gemm_over {
     };
 }
 
+mod fingerprint;
 mod q4_1;
 mod q4_k;
 mod q5_0;
 mod q6_k;
 mod q8_0;
+mod storage;
+
+pub use fingerprint::{layout_fingerprint, layout_fingerprint_at};
+use storage::PackedBytes;
+pub use storage::{PACKED_ALIGN, SharedBytes};
 
 use super::GgmlType;
 use crate::cpu::{self, SimdLevel};
@@ -199,7 +205,7 @@ pub struct PackedMatrix {
     ty: GgmlType,
     n: usize,
     k: usize,
-    data: crate::huge_pages::HugeBuffer,
+    data: PackedBytes,
 }
 
 impl std::fmt::Debug for PackedMatrix {
@@ -209,6 +215,7 @@ impl std::fmt::Debug for PackedMatrix {
             .field("n", &self.n)
             .field("k", &self.k)
             .field("bytes", &self.data.len())
+            .field("shared", &self.data.is_shared())
             .finish()
     }
 }
@@ -266,7 +273,54 @@ impl PackedMatrix {
             let dst = unsafe { out.slice_mut(g0 * group_len, (g1 - g0) * group_len) };
             pack_groups(g0, dst);
         });
+        Some(Self {
+            ty,
+            n,
+            k,
+            data: PackedBytes::Owned(data),
+        })
+    }
+
+    /// Bytes [`Self::pack`] makes of `n` rows of `k` elements of `ty` on this CPU; `None` when
+    /// it would not pack them.
+    pub fn packed_len(ty: GgmlType, n: usize, k: usize) -> Option<usize> {
+        let level = cpu::simd_level();
+        if level != SimdLevel::Avx2 || !super::dispatch::level_supported(level) {
+            return None;
+        }
+        let kern = kernels(ty)?;
+        ty.row_bytes(k)?;
+        n.div_ceil(GROUP_ROWS)
+            .checked_mul(k / ty.block_size())?
+            .checked_mul(kern.group_bytes)
+    }
+
+    /// The matrix [`Self::pack`] made of `n` x `k` of `ty`, read in place from `range` of
+    /// `bytes` (which must hold exactly what `pack` wrote: only the length is checked here).
+    /// `None` when this CPU would not pack `ty`, or the range is out of bounds, of another
+    /// length than [`Self::packed_len`], or not [`PACKED_ALIGN`]ed in memory.
+    pub fn from_shared(
+        ty: GgmlType,
+        n: usize,
+        k: usize,
+        bytes: SharedBytes,
+        range: std::ops::Range<usize>,
+    ) -> Option<Self> {
+        if Self::packed_len(ty, n, k)? != range.len() {
+            return None;
+        }
+        let data = PackedBytes::shared(bytes, range)?;
         Some(Self { ty, n, k, data })
+    }
+
+    /// The packed bytes, as [`Self::from_shared`] takes them back.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.data
+    }
+
+    /// True when the bytes are borrowed from a shared buffer ([`Self::from_shared`]).
+    pub fn is_shared(&self) -> bool {
+        self.data.is_shared()
     }
 
     /// The weight type the blocks came from.
