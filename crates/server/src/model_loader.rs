@@ -9,7 +9,7 @@ use pagoda_core::engine::{EngineHandle, HandleOptions};
 use pagoda_core::{EngineRequest, SamplingParams};
 use pagoda_frontend::{ChatTemplate, Tokenizer};
 use pagoda_gguf::GgufFile;
-use pagoda_model::{EngineSetup, KvReport, Model};
+use pagoda_model::{EngineSetup, KvReport, Model, PackCache};
 use pagoda_structured::StructuredOutputs;
 
 /// Why the model could not be loaded and started.
@@ -63,7 +63,10 @@ pub fn load_engine(path: &Path, opts: &LoadOptions<'_>) -> Result<LoadedModel, L
         Arc::new(Tokenizer::from_gguf(&file).map_err(|e| LoadError::Tokenizer(e.to_string()))?);
     let template = ChatTemplate::from_gguf(&file, opts.chat_template)
         .map_err(|e| LoadError::Template(e.to_string()))?;
-    let model = Model::load(file).map_err(|e| LoadError::Model(e.to_string()))?;
+    // The packed weight layout is mapped from its cache beside the model when it is valid
+    // (start-up in a fraction of a second), else packed and written there for next time.
+    let model = Model::load_cached(file, path, &PackCache::from_env())
+        .map_err(|e| LoadError::Model(e.to_string()))?;
     let (core, report) = pagoda_model::build_engine(model, opts.setup)
         .map_err(|e| LoadError::Model(e.to_string()))?;
     tracing::info!(
