@@ -34,9 +34,10 @@ impl Drop for TempDir {
     }
 }
 
-fn write_model(dir: &Path, spec: &TinyModel) -> PathBuf {
+/// Writes a model file's bytes as `dir/tiny.gguf`.
+fn write_model(dir: &Path, bytes: &[u8]) -> PathBuf {
     let path = dir.join("tiny.gguf");
-    std::fs::write(&path, spec.to_bytes()).unwrap();
+    std::fs::write(&path, bytes).unwrap();
     path
 }
 
@@ -48,9 +49,9 @@ fn logits(model: Model) -> Vec<u32> {
     out.iter().map(|v| v.to_bits()).collect()
 }
 
-/// Logits of `spec` loaded from bytes, packed with no cache.
-fn uncached(spec: &TinyModel) -> Vec<u32> {
-    let model = Model::load(Arc::new(GgufFile::from_bytes(spec.to_bytes()).unwrap())).unwrap();
+/// Logits of the model file `bytes`, loaded from memory and packed with no cache.
+fn uncached(bytes: &[u8]) -> Vec<u32> {
+    let model = Model::load(Arc::new(GgufFile::from_bytes(bytes.to_vec()).unwrap())).unwrap();
     assert_eq!(model.pack_cache_status(), &PackCacheStatus::Off);
     logits(model)
 }
@@ -83,9 +84,10 @@ fn written_to(status: &PackCacheStatus) -> &Path {
 fn the_first_load_writes_the_cache_and_the_next_maps_it_with_identical_logits() {
     for spec in [TinyModel::llama(), TinyModel::gemma3()] {
         let tmp = TempDir::new(&format!("hit-{:?}", spec.arch));
-        let path = write_model(&tmp.0, &spec);
+        let bytes = spec.to_bytes();
+        let path = write_model(&tmp.0, &bytes);
         let cache = PackCache::Beside { fallback: None };
-        let want = uncached(&spec);
+        let want = uncached(&bytes);
         let first = load(&path, &cache, &want);
         if !packs(&first) {
             return;
@@ -111,11 +113,11 @@ fn the_first_load_writes_the_cache_and_the_next_maps_it_with_identical_logits() 
 
 #[test]
 fn a_damaged_or_truncated_cache_file_is_repacked_and_rewritten() {
-    let spec = TinyModel::llama();
+    let bytes = TinyModel::llama().to_bytes();
     let tmp = TempDir::new("damaged");
-    let path = write_model(&tmp.0, &spec);
+    let path = write_model(&tmp.0, &bytes);
     let cache = PackCache::In(tmp.0.join("cache"));
-    let want = uncached(&spec);
+    let want = uncached(&bytes);
     let first = load(&path, &cache, &want);
     if !packs(&first) {
         return;
@@ -162,21 +164,22 @@ fn a_damaged_or_truncated_cache_file_is_repacked_and_rewritten() {
 #[test]
 fn a_changed_model_file_makes_the_cache_stale() {
     let spec = TinyModel::llama();
+    let bytes = spec.to_bytes();
     let tmp = TempDir::new("stale");
-    let path = write_model(&tmp.0, &spec);
+    let path = write_model(&tmp.0, &bytes);
     let cache = PackCache::Beside { fallback: None };
-    let first = load(&path, &cache, &uncached(&spec));
+    let old = uncached(&bytes);
+    let first = load(&path, &cache, &old);
     if !packs(&first) {
         return;
     }
     // Other weights of the same size and shapes: only the file's metadata tells them apart,
     // and mapping the old cache would give the old model's logits.
-    let other = TinyModel { seed: 99, ..spec };
+    let other = TinyModel { seed: 99, ..spec }.to_bytes();
     let want = uncached(&other);
-    assert_ne!(want, uncached(&spec));
-    let bytes = other.to_bytes();
-    assert_eq!(bytes.len(), spec.to_bytes().len());
-    std::fs::write(&path, &bytes).unwrap();
+    assert_ne!(want, old);
+    assert_eq!(other.len(), bytes.len());
+    std::fs::write(&path, &other).unwrap();
     let mtime = std::fs::metadata(&path).unwrap().modified().unwrap();
     let moved = mtime + std::time::Duration::from_secs(1);
     std::fs::File::options()
@@ -223,10 +226,10 @@ fn a_changed_model_file_makes_the_cache_stale() {
 
 #[test]
 fn an_unwritable_cache_directory_still_loads() {
-    let spec = TinyModel::gemma3();
+    let bytes = TinyModel::gemma3().to_bytes();
     let tmp = TempDir::new("unwritable");
-    let path = write_model(&tmp.0, &spec);
-    let want = uncached(&spec);
+    let path = write_model(&tmp.0, &bytes);
+    let want = uncached(&bytes);
     // A directory under a regular file can be neither created nor written, even by root.
     let blocker = tmp.0.join("not-a-dir");
     std::fs::write(&blocker, b"").unwrap();
@@ -251,10 +254,10 @@ fn an_unwritable_cache_directory_still_loads() {
 
 #[test]
 fn when_the_model_directory_cannot_take_the_cache_the_fallback_directory_does() {
-    let spec = TinyModel::llama();
+    let bytes = TinyModel::llama().to_bytes();
     let tmp = TempDir::new("fallback");
-    let path = write_model(&tmp.0, &spec);
-    let want = uncached(&spec);
+    let path = write_model(&tmp.0, &bytes);
+    let want = uncached(&bytes);
     // A directory where the file beside the model would go: it can be neither read as a cache
     // nor renamed over.
     std::fs::create_dir(tmp.0.join("tiny.gguf.pagoda-packed")).unwrap();
@@ -273,10 +276,10 @@ fn when_the_model_directory_cannot_take_the_cache_the_fallback_directory_does() 
 
 #[test]
 fn turned_off_it_neither_reads_nor_writes() {
-    let spec = TinyModel::llama();
+    let bytes = TinyModel::llama().to_bytes();
     let tmp = TempDir::new("off");
-    let path = write_model(&tmp.0, &spec);
-    let want = uncached(&spec);
+    let path = write_model(&tmp.0, &bytes);
+    let want = uncached(&bytes);
     assert_eq!(load(&path, &PackCache::Off, &want), PackCacheStatus::Off);
     assert_eq!(std::fs::read_dir(&tmp.0).unwrap().count(), 1);
 }

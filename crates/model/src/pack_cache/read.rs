@@ -46,10 +46,15 @@ pub(crate) fn open(path: &Path, key: &CacheKey) -> Result<Option<Mapped>, PackCa
     // (`GgufFile::open`), we rely on no one truncating the file while it is open.
     let map = unsafe { memmap2::Mmap::map(&file) }.map_err(PackCacheError::io(path))?;
     let index = format::read_index(&map, key)?;
-    // The checksums read every byte: populating the page tables in one call is cheaper than
-    // faulting them in page by page. Advice only (kernels before 5.14 refuse it).
+    // Each decode step streams every weight: ask for huge pages (where the file is not in the
+    // page cache, it is then read in 2 MiB folios). The checksums read every byte, and
+    // populating the page tables in one call is cheaper than faulting them in page by page.
+    // Advice only: older kernels refuse either.
     #[cfg(target_os = "linux")]
-    let _ = map.advise(memmap2::Advice::PopulateRead);
+    {
+        let _ = map.advise(memmap2::Advice::HugePage);
+        let _ = map.advise(memmap2::Advice::PopulateRead);
+    }
     verify(&map, &index)?;
     Ok(Some(Mapped {
         path: path.to_owned(),
