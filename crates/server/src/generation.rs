@@ -15,7 +15,7 @@ use pagoda_protocol::{FinishReason as WireFinish, PromptTokensDetails, StopReaso
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::valid_request::ValidRequest;
-use crate::validation_error::admission_error;
+use crate::validation_error::{ValidationError, admission_error};
 
 /// How a choice ended.
 #[derive(Clone, Debug, PartialEq)]
@@ -84,12 +84,7 @@ impl Generation {
         for p in 0..req.num_prompts() {
             for _ in 0..n {
                 let text = TextStream::new(Arc::clone(tokenizer), req.prompt(p), opts.clone())
-                    .map_err(|e| {
-                        ApiError::from(crate::validation_error::ValidationError::Body {
-                            field: Some("stop".into()),
-                            message: e.to_string(),
-                        })
-                    })?;
+                    .map_err(|e| ApiError::from(ValidationError::rule("stop", e.to_string())))?;
                 choices.push(Choice {
                     text,
                     finished: false,

@@ -283,14 +283,7 @@ async fn models_tokenize_health_and_version() {
     for p in ["/health", "/ready", "/version"] {
         assert_eq!(c.get(s.url(p)).send().await.unwrap().status(), 200, "{p}");
     }
-    let metrics = c
-        .get(s.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = common::metrics_text(&c, &s.base).await;
     for name in [
         "pagoda:time_to_first_token_seconds_bucket",
         "pagoda:kv_cache_usage_perc",

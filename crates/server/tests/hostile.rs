@@ -11,7 +11,7 @@ use std::net::TcpStream;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use common::{MODEL, TestServer, chunks, error_of, post};
+use common::{MODEL, TestServer, chunks, error_of, metrics_text, post};
 use futures_util::StreamExt;
 use pagoda_server::ServerConfig;
 use serde_json::{Value, json};
@@ -361,14 +361,7 @@ fn a_stalled_client_does_not_hold_up_shutdown() {
 
 /// `reason="invalid"` of `pagoda:request_rejected_total`.
 async fn rejected_invalid(c: &reqwest::Client, s: &TestServer) -> f64 {
-    let text = c
-        .get(s.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = metrics_text(c, &s.base).await;
     text.lines()
         .find(|l| {
             l.starts_with("pagoda:request_rejected_total{") && l.contains("reason=\"invalid\"")

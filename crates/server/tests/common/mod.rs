@@ -164,16 +164,20 @@ pub fn chunks(events: &[String]) -> Vec<Value> {
         .collect()
 }
 
-/// GET /metrics and read one sample's value (first line starting with `name`).
-pub async fn metric(c: &reqwest::Client, base: &str, name: &str) -> f64 {
-    let text = c
-        .get(format!("{base}/metrics"))
+/// The Prometheus text of GET /metrics.
+pub async fn metrics_text(c: &reqwest::Client, base: &str) -> String {
+    c.get(format!("{base}/metrics"))
         .send()
         .await
         .unwrap()
         .text()
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// GET /metrics and read one sample's value (first line starting with `name`).
+pub async fn metric(c: &reqwest::Client, base: &str, name: &str) -> f64 {
+    let text = metrics_text(c, base).await;
     text.lines()
         .find(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
         .and_then(|l| l.rsplit(' ').next())
