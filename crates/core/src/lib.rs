@@ -12,17 +12,19 @@ pub mod logprobs;
 pub mod request;
 pub mod sampling_params;
 pub mod sched;
+pub mod spec;
 pub mod validation;
 
 pub use admission::{Admission, QueueSlots};
 pub use config::{CacheConfig, ConfigError, SchedulerConfig};
 pub use constraint::{ConstraintError, ConstraintRef, ConstraintState, TokenConstraint};
 pub use engine_core::{
-    AddRequestError, EngineCore, EngineOutput, EngineRequest, EngineStats, ExecutorError,
-    ExecutorOutput, ModelExecutor, OutputTiming, RequestId, SampledToken,
+    AddRequestError, Calibration, DraftWork, EngineCore, EngineOutput, EngineRequest, EngineStats,
+    ExecutorError, ExecutorOutput, ModelExecutor, OutputTiming, RequestId, SampledToken,
 };
 pub use logprobs::{PositionLogprobs, TokenLogprob};
 pub use request::{FinishReason, Request, RequestStatus, SeqId};
 pub use sampling_params::{SamplingParams, SamplingParamsError};
 pub use sched::{ScheduledSeq, SchedulerOutput};
+pub use spec::{NumSpecTokens, SpecConfig, SpecCounters, SpecMethod};
 pub use validation::{CheckedRequest, RequestLimits, ValidationError};

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use crate::kv::block_hash::{BlockHash, ExtraKeys, extend_block_hashes};
 use crate::sampling_params::SamplingParams;
+use crate::spec::Acceptance;
 
 /// The engine's key for one sequence (one choice of a request: `n > 1` makes n of them).
 pub type SeqId = u64;
@@ -72,6 +73,8 @@ pub struct Request {
     pub num_preemptions: u32,
     /// When the sequence was first scheduled.
     pub first_scheduled: Option<Instant>,
+    /// How often its proposed tokens were accepted (speculative decoding).
+    pub acceptance: Acceptance,
 }
 
 impl Request {
@@ -105,6 +108,7 @@ impl Request {
             num_cached_tokens: None,
             num_preemptions: 0,
             first_scheduled: None,
+            acceptance: Acceptance::default(),
         }
     }
 
@@ -133,6 +137,13 @@ impl Request {
             &self.token_ids,
             block_size,
         );
+    }
+
+    /// How many tokens this sequence may still generate before a length stop: its
+    /// `max_tokens` and the context of `max_model_len`.
+    pub fn tokens_left(&self, max_model_len: usize) -> usize {
+        let by_max = (self.params.max_tokens as usize).saturating_sub(self.num_output_tokens());
+        by_max.min(max_model_len.saturating_sub(self.num_tokens()))
     }
 
     /// Whether this sequence may take blocks from the prefix cache: prompt logprobs need the

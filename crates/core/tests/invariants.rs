@@ -1,7 +1,8 @@
 //! Property tests over random sequences of add / step / abort with a tiny KV pool (so
 //! preemption and eviction happen constantly): no block leaked or double-freed, ref counts
 //! always match the owners, every request finishes or is aborted, generated tokens are the
-//! model's whatever happened on the way, and the pool is all free at the end.
+//! model's whatever happened on the way, and the pool is all free at the end; with speculation
+//! on, too, whatever the proposals were.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -9,7 +10,7 @@ mod common;
 use std::collections::HashMap;
 
 use common::*;
-use pagoda_core::{FinishReason, SchedulerConfig};
+use pagoda_core::{FinishReason, NumSpecTokens, SchedulerConfig, SpecConfig, SpecMethod};
 use proptest::prelude::*;
 
 #[derive(Clone, Debug)]
@@ -59,6 +60,8 @@ proptest! {
         priority in any::<bool>(),
         max_batched in 4usize..40,
         threshold in 0usize..8,
+        spec_k in 0usize..5,
+        wrong_every in 0u32..4,
     ) {
         let config = SchedulerConfig {
             max_num_batched_tokens: max_batched,
@@ -69,6 +72,14 @@ proptest! {
             ..Default::default()
         };
         let mut core = engine(12, 4, config, caching);
+        if spec_k > 0 {
+            // Proposals right and wrong, full and short: tokens, blocks and caching unchanged.
+            core.enable_speculation(SpecConfig {
+                method: SpecMethod::Suffix,
+                num_speculative_tokens: NumSpecTokens::Fixed(spec_k),
+            });
+            core.executor_mut().wrong_every = wrong_every;
+        }
         let mut live: Vec<u64> = Vec::new();
         let mut prompts: HashMap<u64, (Vec<u32>, u32, u32)> = HashMap::new();
         let mut tokens: HashMap<(u64, u32), Vec<u32>> = HashMap::new();

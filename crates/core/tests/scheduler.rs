@@ -6,7 +6,10 @@
 mod common;
 
 use common::*;
-use pagoda_core::{AddRequestError, FinishReason, SchedulerConfig, ValidationError};
+use pagoda_core::{
+    AddRequestError, FinishReason, NumSpecTokens, SchedulerConfig, SpecConfig, SpecMethod,
+    ValidationError,
+};
 
 fn sched(max_batched: usize, threshold: usize) -> SchedulerConfig {
     SchedulerConfig {
@@ -332,4 +335,40 @@ fn one_choice_is_aborted_and_the_others_run_on() {
         ]
     );
     assert_eq!(core.scheduler().kv().pool().num_free(), 32);
+}
+
+#[test]
+fn speculation_verifies_several_tokens_per_step_and_gives_rejected_slots_back() {
+    let prompt: Vec<u32> = (0..10).collect();
+    let spec = SpecConfig {
+        method: SpecMethod::Suffix,
+        num_speculative_tokens: NumSpecTokens::Fixed(4),
+    };
+    let mut plain = engine(64, 4, sched(64, 0), true);
+    plain.add_request(request(1, prompt.clone(), 40)).unwrap();
+    let want = run_to_end(&mut plain);
+
+    let mut core = engine(64, 4, sched(64, 0), true);
+    core.enable_speculation(spec);
+    core.executor_mut().wrong_every = 3;
+    core.add_request(request(1, prompt.clone(), 40)).unwrap();
+    let got = run_to_end(&mut core);
+    assert_eq!(got, want);
+    assert_eq!(got[&1], expected(&prompt, 40));
+    let steps = &core.executor().steps;
+    assert!(
+        steps.len() < plain.executor().steps.len(),
+        "{} steps with speculation",
+        steps.len()
+    );
+    // K slots after the known token, never past max_tokens.
+    assert!(steps.iter().any(|s| s.scheduled[0].num_spec_tokens == 4));
+    let spec = core.stats().spec.unwrap();
+    assert!(spec.num_accepted_tokens > 0 && spec.num_accepted_tokens < spec.num_draft_tokens);
+    assert_eq!(
+        spec.accepted_per_pos.iter().sum::<u64>(),
+        spec.num_accepted_tokens
+    );
+    assert_eq!(core.scheduler().kv().pool().num_free(), 64);
+    core.scheduler().kv().check_invariants().unwrap();
 }

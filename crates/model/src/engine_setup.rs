@@ -1,11 +1,13 @@
 //! Sizing and building an engine for a loaded model: the KV budget becomes a block count
 //! (reported at start-up: bytes per token, blocks, the longest context that fits), the context
-//! length is capped to what fits, and the runner is wrapped in an `EngineCore`.
+//! length is capped to what fits, the proposer of speculative decoding is built, and the
+//! runner is wrapped in an `EngineCore`.
 
 use pagoda_core::config::{check_kv_budget, default_kv_budget};
-use pagoda_core::{CacheConfig, EngineCore, SchedulerConfig};
+use pagoda_core::{CacheConfig, EngineCore, SchedulerConfig, SpecConfig, SpecMethod};
+use pagoda_spec::NgramProposer;
 
-use crate::{CpuExecutor, KvCacheDtype, Model, ModelError, ModelRunner};
+use crate::{CpuExecutor, DraftProposer, KvCacheDtype, Model, ModelError, ModelRunner};
 
 /// What a user may choose about the engine; `None` means the default.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -20,6 +22,8 @@ pub struct EngineSetup {
     /// Element type of the KV cache: f16 by default (half the bytes attention reads and the
     /// memory a token holds of f32).
     pub kv_cache_dtype: KvCacheDtype,
+    /// Speculative decoding, when on (a draft model is passed to `build_engine_with_draft`).
+    pub speculative: Option<SpecConfig>,
 }
 
 impl Default for EngineSetup {
@@ -31,6 +35,7 @@ impl Default for EngineSetup {
             enable_prefix_caching: true,
             max_model_len: None,
             kv_cache_dtype: KvCacheDtype::default(),
+            speculative: None,
         }
     }
 }
@@ -49,7 +54,16 @@ pub struct KvReport {
 
 /// An engine core for `model`, with its KV pool sized from `setup`.
 pub fn build_engine(
+    model: Model,
+    setup: &EngineSetup,
+) -> Result<(EngineCore<ModelRunner>, KvReport), ModelError> {
+    build_engine_with_draft(model, None, setup)
+}
+
+/// The same, with `draft` as the proposer when `setup.speculative` names a draft model.
+pub fn build_engine_with_draft(
     mut model: Model,
+    draft: Option<Model>,
     setup: &EngineSetup,
 ) -> Result<(EngineCore<ModelRunner>, KvReport), ModelError> {
     model.set_kv_cache_dtype(setup.kv_cache_dtype);
@@ -98,8 +112,21 @@ pub fn build_engine(
     let eog_ids = config.eog_token_ids.clone();
     let vocab = config.vocab_size;
     let exec = CpuExecutor::new(model, cache.num_blocks, cache.block_size)?;
-    let runner = ModelRunner::new(exec);
-    let core = EngineCore::new(runner, scheduler, &cache, eog_ids, vocab);
+    let mut runner = ModelRunner::new(exec);
+    if let Some(spec) = &setup.speculative {
+        spec.validate()
+            .map_err(|e| ModelError::InvalidRequest(format!("speculative_config: {e}")))?;
+        runner = with_proposer(runner, spec, draft, &cache, setup.kv_cache_dtype)?;
+    }
+    let mut core = EngineCore::new(runner, scheduler, &cache, eog_ids, vocab);
+    if let Some(spec) = &setup.speculative {
+        core.enable_speculation(spec.clone());
+        tracing::info!(
+            "speculative decoding: {} with {:?} tokens per step",
+            spec.method.name(),
+            spec.num_speculative_tokens
+        );
+    }
     tracing::info!(
         "KV cache ({:?}): {} bytes per token, {} blocks of {} tokens ({:.1} MiB), {} tokens in all; max_model_len {}",
         setup.kv_cache_dtype,
@@ -111,4 +138,36 @@ pub fn build_engine(
         report.max_model_len
     );
     Ok((core, report))
+}
+
+/// Gives `runner` the proposer `spec` names. A draft model must share the target's vocabulary;
+/// its arena holds as many tokens as the target's, so it never runs short before the target.
+fn with_proposer(
+    runner: ModelRunner,
+    spec: &SpecConfig,
+    draft: Option<Model>,
+    cache: &CacheConfig,
+    dtype: KvCacheDtype,
+) -> Result<ModelRunner, ModelError> {
+    let target = &runner.executor().model;
+    let bad = |m: String| ModelError::InvalidRequest(format!("speculative_config: {m}"));
+    Ok(match &spec.method {
+        SpecMethod::Ngram { min_n, max_n } => {
+            let p = NgramProposer::new(*min_n, *max_n).map_err(|e| bad(e.to_string()))?;
+            runner.with_proposer(Box::new(p))
+        }
+        SpecMethod::Suffix => {
+            return Err(bad("SUFFIX_PENDING".into()));
+        }
+        SpecMethod::DraftModel { path } => {
+            let Some(mut draft) = draft else {
+                return Err(bad(format!("the draft model {path} was not loaded")));
+            };
+            DraftProposer::check_vocabulary(target, &draft)
+                .map_err(|e| bad(format!("{path}: {e}")))?;
+            draft.set_kv_cache_dtype(dtype);
+            let p = DraftProposer::new(draft, cache.num_blocks, cache.block_size)?;
+            runner.with_draft_model(p)
+        }
+    })
 }

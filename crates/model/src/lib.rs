@@ -6,6 +6,7 @@
 
 pub mod batch;
 pub mod config;
+pub mod draft;
 pub mod engine_setup;
 mod error;
 pub mod executor;
@@ -18,7 +19,8 @@ pub mod weights;
 
 pub use batch::{ForwardBatch, Logits, SeqChunk};
 pub use config::{Architecture, KvCacheDtype, ModelConfig};
-pub use engine_setup::{EngineSetup, KvReport, build_engine};
+pub use draft::DraftProposer;
+pub use engine_setup::{EngineSetup, KvReport, build_engine, build_engine_with_draft};
 pub use error::ModelError;
 pub use executor::CpuExecutor;
 pub use kv_cache::KvCache;

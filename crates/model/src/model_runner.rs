@@ -3,16 +3,22 @@
 //! into one flat `ForwardBatch`, runs it, and samples where a sequence reached its last known
 //! token, so logits never leave the executor. A sequence with a structured-output constraint
 //! (compiled once at the edge) starts its grammar state in its sampler when first scheduled.
+//! With a proposer, a sequence given speculative slots gets up to K proposed tokens appended
+//! to its chunk; its sampler then walks the K + 1 rows in order and keeps each proposal it
+//! would itself have drawn, so every sampling feature holds exactly (see `verify`).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
 use pagoda_core::{
-    ConstraintError, ExecutorError, ExecutorOutput, ModelExecutor, SampledToken, SchedulerOutput,
-    SeqId,
+    Calibration, ConstraintError, ExecutorError, ExecutorOutput, ModelExecutor, SampledToken,
+    SchedulerOutput, SeqId,
 };
 
+use pagoda_spec::{ProposeRequest, Proposer};
+
 use crate::batch::{Logits, SeqChunk};
+use crate::draft::DraftProposer;
 use crate::sampler::{Sampled, Sampler, prompt_logprobs};
 use crate::{CpuExecutor, ForwardBatch};
 
@@ -39,6 +45,8 @@ struct RowPlan {
     num_rows: usize,
     /// Whether the last row samples a token.
     samples: bool,
+    /// Proposed tokens appended to the chunk; the last `drafts.len() + 1` rows verify them.
+    drafts: Vec<u32>,
 }
 
 /// Runs scheduled steps on a `CpuExecutor`.
@@ -46,6 +54,9 @@ pub struct ModelRunner {
     exec: CpuExecutor,
     seqs: HashMap<SeqId, SeqState>,
     eog_ids: Vec<u32>,
+    proposer: Option<Proposing>,
+    /// Reused proposal buffer.
+    proposals: Vec<Vec<u32>>,
 }
 
 impl ModelRunner {
@@ -55,7 +66,21 @@ impl ModelRunner {
             exec,
             seqs: HashMap::new(),
             eog_ids,
+            proposer: None,
+            proposals: Vec::new(),
         }
+    }
+
+    /// This runner, proposing with `proposer` wherever the scheduler gives speculative slots.
+    pub fn with_proposer(mut self, proposer: Box<dyn Proposer>) -> Self {
+        self.proposer = Some(Proposing::Tokens(proposer));
+        self
+    }
+
+    /// This runner, proposing with a draft model.
+    pub fn with_draft_model(mut self, draft: DraftProposer) -> Self {
+        self.proposer = Some(Proposing::Draft(Box::new(draft)));
+        self
     }
 
     pub fn executor(&self) -> &CpuExecutor {
@@ -69,7 +94,11 @@ impl ModelRunner {
 
     fn apply_diff(&mut self, step: &SchedulerOutput) -> Result<(), ExecutorError> {
         for id in &step.finished_seq_ids {
-            self.seqs.remove(id);
+            if let Some(st) = self.seqs.remove(id)
+                && let Some(p) = &mut self.proposer
+            {
+                p.get().finished(*id, &st.tokens, st.prompt_len);
+            }
         }
         for s in &step.scheduled {
             if let Some(new) = &s.new {
@@ -101,31 +130,182 @@ impl ModelRunner {
             if s.resumed {
                 st.block_table.clone_from(&s.block_ids);
             } else {
+                st.block_table.truncate(s.table_offset);
                 st.block_table.extend_from_slice(&s.block_ids);
             }
         }
         Ok(())
+    }
+
+    /// Asks the proposer for each speculating sequence's tokens; `drafts[i]` for
+    /// `step.scheduled[i]` (empty where it does not speculate or nothing was proposed).
+    fn propose(&mut self, step: &SchedulerOutput) -> Vec<Vec<u32>> {
+        let mut drafts = vec![Vec::new(); step.scheduled.len()];
+        let Some(proposer) = &mut self.proposer else {
+            return drafts;
+        };
+        let mut reqs = Vec::new();
+        let mut at = Vec::new();
+        for (i, s) in step.scheduled.iter().enumerate() {
+            let Some(st) = self.seqs.get(&s.seq_id) else {
+                continue;
+            };
+            // Only a decode (its one known token left) may speculate: the scheduler's rule.
+            if s.num_spec_tokens == 0
+                || st.failed.is_some()
+                || s.num_computed_tokens + 1 != st.tokens.len()
+            {
+                continue;
+            }
+            reqs.push(ProposeRequest {
+                seq_id: s.seq_id,
+                tokens: &st.tokens,
+                prompt_len: st.prompt_len,
+                max_tokens: s.num_spec_tokens,
+            });
+            at.push(i);
+        }
+        if reqs.is_empty() {
+            return drafts;
+        }
+        proposer.get().propose(&reqs, &mut self.proposals);
+        let vocab = self.exec.vocab_size() as u32;
+        for (j, &i) in at.iter().enumerate() {
+            let Some(p) = self.proposals.get_mut(j) else {
+                continue;
+            };
+            // A proposal is only a guess: cut it at K and at any id outside the vocabulary.
+            let k = step.scheduled[i].num_spec_tokens;
+            let valid = p.iter().take(k).take_while(|&&t| t < vocab).count();
+            p.truncate(valid);
+            drafts[i] = std::mem::take(p);
+        }
+        drafts
     }
 }
 
 impl ModelExecutor for ModelRunner {
     fn execute(&mut self, step: &SchedulerOutput) -> Result<ExecutorOutput, ExecutorError> {
         self.apply_diff(step)?;
+        let mut drafts = self.propose(step);
+        // Proposed tokens join their sequence's tokens for this step's chunk only.
+        for (s, d) in step.scheduled.iter().zip(&drafts) {
+            if let Some(st) = self.seqs.get_mut(&s.seq_id) {
+                st.tokens.extend_from_slice(d);
+            }
+        }
+        let lens: Vec<usize> = drafts.iter().map(Vec::len).collect();
+        let result = self.run_step(step, &mut drafts);
+        for (s, &n) in step.scheduled.iter().zip(&lens) {
+            if n > 0
+                && let Some(st) = self.seqs.get_mut(&s.seq_id)
+            {
+                st.tokens.truncate(st.tokens.len() - n);
+            }
+        }
+        let (mut out, plans, sampled) = result?;
+        self.finish_step(&mut out, &plans, sampled);
+        if let Some(Proposing::Draft(d)) = &mut self.proposer {
+            out.draft = d.take_work();
+        }
+        Ok(out)
+    }
+
+    fn calibrate(&mut self) -> Calibration {
+        let draft = match &mut self.proposer {
+            Some(Proposing::Draft(d)) => d.calibrate(),
+            _ => Vec::new(),
+        };
+        Calibration {
+            target: time_steps(&mut self.exec, CALIBRATION_TOKENS),
+            draft,
+        }
+    }
+}
+
+/// Where proposals come from: a token-only proposer, or a draft model (which also reports
+/// what its forwards cost).
+enum Proposing {
+    Tokens(Box<dyn Proposer>),
+    Draft(Box<DraftProposer>),
+}
+
+impl Proposing {
+    fn get(&mut self) -> &mut dyn Proposer {
+        match self {
+            Self::Tokens(p) => p.as_mut(),
+            Self::Draft(d) => d.as_mut(),
+        }
+    }
+}
+
+/// Batch sizes timed at start-up: the flat part of the curve and where it bends.
+const CALIBRATION_TOKENS: &[usize] = &[1, 2, 4, 8, 16, 32, 64];
+
+/// Seconds of one forward of each size in `sizes`, as one chunk at the start of the arena
+/// (before any request holds a block: the KV written there is overwritten before it is read).
+/// The quickest of two runs each, after a warm-up.
+pub(crate) fn time_steps(exec: &mut CpuExecutor, sizes: &[usize]) -> Vec<(usize, f64)> {
+    let bs = exec.kv_cache.block_size();
+    let blocks = exec.kv_cache.num_blocks();
+    let mut out = Vec::new();
+    for (i, &n) in std::iter::once(&1).chain(sizes).enumerate() {
+        if n.div_ceil(bs) > blocks {
+            break;
+        }
+        let tokens = vec![0u32; n];
+        let table: Vec<u32> = (0..n.div_ceil(bs) as u32).collect();
+        let chunk = SeqChunk {
+            tokens: &tokens,
+            start: 0,
+            block_table: &table,
+            logits: Logits::Last,
+        };
+        let batch = ForwardBatch::from_seqs(&[chunk], bs);
+        let mut best = f64::INFINITY;
+        for _ in 0..2 {
+            let t = std::time::Instant::now();
+            if exec.forward(&batch).is_err() {
+                return out;
+            }
+            best = best.min(t.elapsed().as_secs_f64());
+        }
+        if i > 0 {
+            out.push((n, best));
+        }
+    }
+    out
+}
+
+type StepRun = (
+    ExecutorOutput,
+    Vec<RowPlan>,
+    Vec<Option<Result<Vec<Sampled>, ConstraintError>>>,
+);
+
+impl ModelRunner {
+    /// Builds and runs the step's batch (proposals already appended to the tokens) and samples.
+    fn run_step(
+        &mut self,
+        step: &SchedulerOutput,
+        drafts: &mut [Vec<u32>],
+    ) -> Result<StepRun, ExecutorError> {
         let mut out = ExecutorOutput::default();
         let block_size = self.exec.kv_cache.block_size();
         let mut chunks = Vec::with_capacity(step.scheduled.len());
         let mut plans = Vec::with_capacity(step.scheduled.len());
         let mut rows = 0;
-        for s in &step.scheduled {
+        for (s, d) in step.scheduled.iter().zip(drafts.iter_mut()) {
             let st = &self.seqs[&s.seq_id];
             if let Some(e) = &st.failed {
                 // Ends it in the core before its results would be read; nothing to compute.
                 out.failed.push((s.seq_id, e.clone()));
                 continue;
             }
+            // Only the proposals made are computed; unused speculative slots stay empty.
             let (start, end) = (
                 s.num_computed_tokens,
-                s.num_computed_tokens + s.num_scheduled_tokens,
+                s.num_computed_tokens + s.num_scheduled_tokens - s.num_spec_tokens + d.len(),
             );
             if end > st.tokens.len() || start >= end {
                 return Err(ExecutorError(format!(
@@ -141,13 +321,16 @@ impl ModelExecutor for ModelRunner {
                 Some(_) if start < pl_end => pl_end - start,
                 _ => 0,
             };
-            let logits = if pl_rows > 0 {
+            let logits = if pl_rows > 0 || !d.is_empty() {
                 Logits::All
             } else if samples {
                 Logits::Last
             } else {
                 Logits::None
             };
+            if s.num_spec_tokens > 0 {
+                out.proposed.push((s.seq_id, d.len()));
+            }
             plans.push(RowPlan {
                 seq_id: s.seq_id,
                 first_row: rows,
@@ -155,6 +338,7 @@ impl ModelExecutor for ModelRunner {
                 pl_rows,
                 num_rows: end - start,
                 samples,
+                drafts: std::mem::take(d),
             });
             rows += match logits {
                 Logits::All => end - start,
@@ -169,7 +353,7 @@ impl ModelExecutor for ModelRunner {
             });
         }
         if chunks.is_empty() {
-            return Ok(out);
+            return Ok((out, plans, Vec::new()));
         }
         let batch = ForwardBatch::from_seqs(&chunks, block_size);
         drop(chunks);
@@ -178,43 +362,84 @@ impl ModelExecutor for ModelRunner {
             .exec
             .forward(&batch)
             .map_err(|e| ExecutorError(e.to_string()))?;
-        let mut sampled = sample_rows(&mut self.seqs, &plans, logits, vocab);
+        for p in plans.iter().filter(|p| p.pl_rows > 0) {
+            let Some(st) = self.seqs.get(&p.seq_id) else {
+                continue;
+            };
+            let k = st.prompt_logprobs.unwrap_or(0) as usize;
+            let rows = &logits[p.first_row * vocab..(p.first_row + p.pl_rows) * vocab];
+            let targets = &st.tokens[p.pl_start + 1..p.pl_start + 1 + p.pl_rows];
+            out.prompt_logprobs
+                .push((p.seq_id, prompt_logprobs(rows, vocab, targets, k)));
+        }
+        let sampled = sample_rows(&mut self.seqs, &plans, logits, vocab);
+        Ok((out, plans, sampled))
+    }
+
+    /// Records each sequence's sampled tokens (after the proposals were taken off again).
+    fn finish_step(
+        &mut self,
+        out: &mut ExecutorOutput,
+        plans: &[RowPlan],
+        mut sampled: Vec<Option<Result<Vec<Sampled>, ConstraintError>>>,
+    ) {
         for (p, sampled) in plans.iter().zip(&mut sampled) {
             let Some(st) = self.seqs.get_mut(&p.seq_id) else {
                 continue;
             };
-            if p.pl_rows > 0 {
-                let k = st.prompt_logprobs.unwrap_or(0) as usize;
-                let rows = &logits[p.first_row * vocab..(p.first_row + p.pl_rows) * vocab];
-                let targets = &st.tokens[p.pl_start + 1..p.pl_start + 1 + p.pl_rows];
-                out.prompt_logprobs
-                    .push((p.seq_id, prompt_logprobs(rows, vocab, targets, k)));
-            }
             match sampled.take() {
                 None => {}
                 Some(Err(e)) => {
                     st.failed = Some(e.to_string());
                     out.failed.push((p.seq_id, e.to_string()));
                 }
-                Some(Ok(sampled)) => {
-                    st.tokens.push(sampled.token_id);
-                    out.sampled.push(SampledToken {
-                        seq_id: p.seq_id,
-                        token_id: sampled.token_id,
-                        logprobs: sampled.position_logprobs(),
-                    });
+                Some(Ok(run)) => {
+                    for sampled in run {
+                        st.tokens.push(sampled.token_id);
+                        out.sampled.push(SampledToken {
+                            seq_id: p.seq_id,
+                            token_id: sampled.token_id,
+                            logprobs: sampled.position_logprobs(),
+                        });
+                    }
                 }
             }
         }
-        Ok(out)
     }
 }
 
-/// One sequence's sampling job of a step: its sampler, its row, and where the result goes.
+/// One sequence's sampling job of a step: its sampler, its rows (one, or one per proposed
+/// token plus one), the proposals, and where the result goes.
 struct SampleJob<'a> {
     sampler: &'a mut Sampler,
-    row: &'a [f32],
-    result: Option<Result<Sampled, ConstraintError>>,
+    rows: &'a [f32],
+    drafts: &'a [u32],
+    result: Option<Result<Vec<Sampled>, ConstraintError>>,
+}
+
+/// Verifies `drafts` against `rows` (`drafts.len() + 1` rows of `vocab`): the sampler draws at
+/// each position in turn, exactly as it would without speculation, and the run goes on while
+/// its draw equals the proposal. For greedy requests that keeps the longest prefix equal to
+/// the target's argmax; for sampled ones it is rejection sampling with a one-hot proposal
+/// (accept with probability p(x), else a draw from p without x, renormalised), so the output
+/// distribution is the target's. Penalties, bias, the grammar and min_tokens advance token by
+/// token, so each row sees the state its position would have had.
+fn verify(
+    sampler: &mut Sampler,
+    rows: &[f32],
+    drafts: &[u32],
+    vocab: usize,
+) -> Result<Vec<Sampled>, ConstraintError> {
+    let mut run = Vec::with_capacity(drafts.len() + 1);
+    for (i, row) in rows.chunks_exact(vocab).enumerate() {
+        let s = sampler.sample(row)?;
+        let accepted = drafts.get(i) == Some(&s.token_id);
+        run.push(s);
+        if !accepted {
+            break;
+        }
+    }
+    Ok(run)
 }
 
 /// Samples every plan that samples, one result per plan (`None` where it does not). Each
@@ -226,7 +451,7 @@ fn sample_rows(
     plans: &[RowPlan],
     logits: &[f32],
     vocab: usize,
-) -> Vec<Option<Result<Sampled, ConstraintError>>> {
+) -> Vec<Option<Result<Vec<Sampled>, ConstraintError>>> {
     // Plan index of each sampling sequence, to hand out one `&mut Sampler` per sequence.
     let slot: HashMap<SeqId, usize> = plans
         .iter()
@@ -240,15 +465,17 @@ fn sample_rows(
             continue;
         };
         let p = &plans[i];
-        // With prompt logprobs every row came back; otherwise only the last one.
-        let last = if p.pl_rows > 0 {
+        // With prompt logprobs or proposals every row came back; otherwise only the last one.
+        let last = if p.pl_rows > 0 || !p.drafts.is_empty() {
             p.first_row + p.num_rows - 1
         } else {
             p.first_row
         };
+        let first = last - p.drafts.len();
         let job = SampleJob {
             sampler: &mut st.sampler,
-            row: &logits[last * vocab..(last + 1) * vocab],
+            rows: &logits[first * vocab..(last + 1) * vocab],
+            drafts: &p.drafts,
             result: None,
         };
         jobs.push((i, Mutex::new(job)));
@@ -257,7 +484,7 @@ fn sample_rows(
     pagoda_kernels::parallel::run(jobs.len(), &|t| {
         if let Ok(mut job) = jobs[t].1.lock() {
             let job = &mut *job;
-            job.result = Some(job.sampler.sample(job.row));
+            job.result = Some(verify(job.sampler, job.rows, job.drafts, vocab));
         }
     });
     let mut results: Vec<_> = plans.iter().map(|_| None).collect();

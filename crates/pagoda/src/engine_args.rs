@@ -8,6 +8,8 @@ use pagoda_core::SchedulerConfig;
 use pagoda_core::config::parse_size;
 use pagoda_model::EngineSetup;
 
+use crate::speculative_args::SpeculativeArgs;
+
 #[derive(Args, Clone, Debug)]
 pub struct EngineArgs {
     /// Tokens per KV block.
@@ -50,6 +52,8 @@ pub struct EngineArgs {
     /// Compute threads [default: all cores].
     #[arg(long, env = "PAGODA_THREADS")]
     pub threads: Option<usize>,
+    #[command(flatten)]
+    pub speculative: SpeculativeArgs,
 }
 
 impl EngineArgs {
@@ -91,6 +95,7 @@ impl EngineArgs {
             enable_prefix_caching: !self.no_prefix_caching,
             max_model_len: self.max_model_len,
             kv_cache_dtype: self.kv_cache_dtype.parse().context("--kv-cache-dtype")?,
+            speculative: self.speculative.resolve()?,
         })
     }
 }

@@ -5,6 +5,7 @@ mod engine_args;
 mod generate;
 mod model_path;
 mod serve;
+mod speculative_args;
 
 use clap::{Parser, Subcommand};
 

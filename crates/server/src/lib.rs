@@ -18,6 +18,7 @@ mod logprobs;
 pub mod metrics;
 pub mod model_loader;
 mod routes;
+mod spec_metrics;
 pub mod state;
 mod stream;
 mod tools;

@@ -236,6 +236,9 @@ impl Metrics {
                 &label,
                 s.steps,
             );
+            if let Some(spec) = &s.spec {
+                crate::spec_metrics::render(&mut out, &label, spec);
+            }
         }
         labelled_counter(
             &mut out,
@@ -283,7 +286,7 @@ fn gauge(out: &mut String, name: &str, help: &str, label: &str, v: f64) {
     );
 }
 
-fn counter(out: &mut String, name: &str, help: &str, label: &str, v: u64) {
+pub(crate) fn counter(out: &mut String, name: &str, help: &str, label: &str, v: u64) {
     let _ = writeln!(
         out,
         "# HELP {name} {help}\n# TYPE {name} counter\n{name}{{{label}}} {v}"

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use pagoda_core::engine::{EngineHandle, HandleOptions};
-use pagoda_core::{EngineRequest, SamplingParams};
+use pagoda_core::{EngineRequest, SamplingParams, SpecMethod};
 use pagoda_frontend::{ChatTemplate, Tokenizer};
 use pagoda_gguf::GgufFile;
 use pagoda_model::{EngineSetup, KvReport, Model, PackCache};
@@ -23,6 +23,8 @@ pub enum LoadError {
     Template(String),
     #[error("cannot load the model: {0}")]
     Model(String),
+    #[error("cannot load the draft model {path}: {message}")]
+    Draft { path: String, message: String },
     #[error("cannot start the engine thread: {0}")]
     Thread(#[from] std::io::Error),
     #[error("warm-up request failed: {0}")]
@@ -67,7 +69,11 @@ pub fn load_engine(path: &Path, opts: &LoadOptions<'_>) -> Result<LoadedModel, L
     // (start-up in a fraction of a second), else packed and written there for next time.
     let model = Model::load_cached(file, path, &PackCache::from_env())
         .map_err(|e| LoadError::Model(e.to_string()))?;
-    let (core, report) = pagoda_model::build_engine(model, opts.setup)
+    let draft = match opts.setup.speculative.as_ref().map(|s| &s.method) {
+        Some(SpecMethod::DraftModel { path }) => Some(load_draft(Path::new(path))?),
+        _ => None,
+    };
+    let (core, report) = pagoda_model::build_engine_with_draft(model, draft, opts.setup)
         .map_err(|e| LoadError::Model(e.to_string()))?;
     tracing::info!(
         num_blocks = report.num_blocks,
@@ -89,6 +95,17 @@ pub fn load_engine(path: &Path, opts: &LoadOptions<'_>) -> Result<LoadedModel, L
         structured,
         report,
     })
+}
+
+/// The draft model of speculative decoding (its vocabulary is checked against the target's
+/// when the engine is built).
+fn load_draft(path: &Path) -> Result<Model, LoadError> {
+    let err = |message: String| LoadError::Draft {
+        path: path.display().to_string(),
+        message,
+    };
+    let file = Arc::new(GgufFile::open(path).map_err(|e| err(e.to_string()))?);
+    Model::load_cached(file, path, &PackCache::from_env()).map_err(|e| err(e.to_string()))
 }
 
 /// One greedy token through the whole stack, so the first client does not pay for page faults

@@ -153,7 +153,11 @@ impl EngineHandle {
 
     /// The engine's counters as of its last step.
     pub fn stats(&self) -> EngineStats {
-        self.shared.stats.lock().map(|s| *s).unwrap_or_default()
+        self.shared
+            .stats
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_default()
     }
 
     /// Sequences waiting for their first step.

@@ -182,6 +182,28 @@ impl KvCacheManager {
         *done = (*done).max(full);
     }
 
+    /// Gives back the blocks of `req` past those its computed tokens fill (slots reserved for
+    /// speculative tokens that were rejected), tail first. They were claimed this step and never
+    /// registered in the cache, so no other sequence holds them.
+    pub fn trim(&mut self, req: &Request) {
+        let keep = req.num_computed_tokens.div_ceil(self.block_size);
+        let Some(table) = self.tables.get_mut(&req.seq_id) else {
+            return;
+        };
+        if table.len() <= keep {
+            return;
+        }
+        let cut = table.split_off(keep);
+        for (i, _) in cut.iter().enumerate() {
+            if let Some(h) = req.block_hashes.get(keep + i)
+                && self.in_flight.get(h) == Some(&req.seq_id)
+            {
+                self.in_flight.remove(h);
+            }
+        }
+        self.pool.free(cut.iter().rev().copied());
+    }
+
     /// Releases every block of `seq`, tail first (so its tail is evicted first).
     pub fn free(&mut self, seq: SeqId) {
         if let Some(table) = self.tables.remove(&seq) {

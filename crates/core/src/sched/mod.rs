@@ -6,4 +6,4 @@ pub mod scheduler;
 pub mod stop;
 
 pub use output::{NewSeqData, ScheduledSeq, SchedulerOutput};
-pub use scheduler::{Scheduler, SchedulerCounters, SeqUpdate};
+pub use scheduler::{Scheduler, SchedulerCounters, SeqResult, SeqUpdate};

@@ -23,12 +23,19 @@ pub struct ScheduledSeq {
     pub new: Option<NewSeqData>,
     /// Scheduled again after preemption: `block_ids` replaces its whole block table.
     pub resumed: bool,
-    /// Blocks to append to the sequence's table (or its whole table when new or resumed).
+    /// Blocks to put in the sequence's table from index `table_offset` on (the table is cut
+    /// there first: blocks that held rejected speculative tokens were given back).
     pub block_ids: Vec<BlockId>,
+    /// Where `block_ids` start in the table (0 when new or resumed).
+    pub table_offset: usize,
     /// Tokens with KV before this step.
     pub num_computed_tokens: usize,
-    /// Tokens to compute this step, from `num_computed_tokens` on.
+    /// Tokens to compute this step, from `num_computed_tokens` on, including the
+    /// `num_spec_tokens` speculative ones at the end.
     pub num_scheduled_tokens: usize,
+    /// Slots for tokens the executor proposes after the known ones and verifies in the same
+    /// pass (at most this many; 0 without speculation).
+    pub num_spec_tokens: usize,
 }
 
 /// One step's work.

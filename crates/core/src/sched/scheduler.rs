@@ -2,7 +2,9 @@
 //! its `num_tokens` under one token budget and a sequence cap. Running sequences go first (a
 //! decode is one token; a long prompt is chunked), then waiting ones in queue order. When the
 //! pool runs dry, the lowest-priority, latest-arrived running sequence is preempted: its blocks
-//! are freed and it is recomputed later from the front of the queue.
+//! are freed and it is recomputed later from the front of the queue. With speculation on,
+//! what budget is left goes last to decoding sequences as slots for proposed tokens, never at
+//! the cost of a preemption; rejected ones give their slots back when the step's result lands.
 
 use std::collections::HashMap;
 use std::time::Instant;
@@ -13,12 +15,23 @@ use super::stop::check_stop;
 use crate::config::SchedulerConfig;
 use crate::kv::{ComputedBlocks, KvCacheManager};
 use crate::request::{FinishReason, Request, RequestStatus, SeqId};
+use crate::spec::{SpecCandidate, SpecConfig, SpecController};
+
+/// What the executor produced for one sequence in a step.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SeqResult {
+    /// Tokens to append, in order: accepted proposed tokens, then the one the target chose.
+    pub tokens: Vec<u32>,
+    /// Tokens proposed and verified (of the step's `num_spec_tokens` slots).
+    pub num_proposed: usize,
+}
 
 /// A sequence that produced output this step (a token, a finish, or both).
 #[derive(Clone, Debug, PartialEq)]
 pub struct SeqUpdate {
     pub seq_id: SeqId,
-    pub new_token: Option<u32>,
+    /// Tokens appended this step (more than one when proposed tokens were accepted).
+    pub new_tokens: Vec<u32>,
     pub finish: Option<FinishReason>,
     pub prompt_len: usize,
     pub num_output_tokens: usize,
@@ -48,6 +61,7 @@ pub struct Scheduler {
     /// Sequences the executor has seen (it holds their state until told they finished).
     known_to_executor: std::collections::HashSet<SeqId>,
     finished_since_last_step: Vec<SeqId>,
+    spec: Option<SpecController>,
     pub counters: SchedulerCounters,
 }
 
@@ -63,8 +77,23 @@ impl Scheduler {
             running: Vec::new(),
             known_to_executor: Default::default(),
             finished_since_last_step: Vec::new(),
+            spec: None,
             counters: SchedulerCounters::default(),
         }
+    }
+
+    /// Turns speculative decoding on.
+    pub fn set_speculation(&mut self, config: SpecConfig) {
+        self.spec = Some(SpecController::new(config));
+    }
+
+    /// The speculation policy, when on.
+    pub fn speculation(&self) -> Option<&SpecController> {
+        self.spec.as_ref()
+    }
+
+    pub fn speculation_mut(&mut self) -> Option<&mut SpecController> {
+        self.spec.as_mut()
     }
 
     pub fn config(&self) -> &SchedulerConfig {
@@ -221,9 +250,75 @@ impl Scheduler {
                     .push(self.scheduled_entry(seq, block_ids, n, resumed, now));
             }
         }
+        if self.spec.is_some() && out.preempted_seq_ids.is_empty() {
+            self.add_speculation(&mut out, budget);
+        }
         out.total_num_scheduled_tokens = out.scheduled.iter().map(|s| s.num_scheduled_tokens).sum();
         self.counters.steps += 1;
         out
+    }
+
+    /// Hands the step's leftover budget to decoding sequences as proposal slots, as the
+    /// controller decides; a sequence whose extra blocks do not fit simply does not speculate.
+    fn add_speculation(&mut self, out: &mut SchedulerOutput, budget: usize) {
+        let Some(spec) = self.spec.as_mut() else {
+            return;
+        };
+        let max_model_len = self.config.max_model_len;
+        let prior = spec.prior();
+        let mut cands = Vec::new();
+        let mut idx = Vec::new();
+        for (i, s) in out.scheduled.iter().enumerate() {
+            let Some(r) = self.requests.get(&s.seq_id) else {
+                continue;
+            };
+            let decoding = s.num_scheduled_tokens == 1
+                && r.num_computed_tokens + 1 == r.num_tokens()
+                && r.num_output_tokens() > 0;
+            let cap = r.tokens_left(max_model_len).saturating_sub(1);
+            if decoding && cap > 0 {
+                cands.push(SpecCandidate {
+                    seq_id: s.seq_id,
+                    rate: r.acceptance.rate(prior),
+                    cap,
+                });
+                idx.push(i);
+            }
+        }
+        if cands.is_empty() {
+            return;
+        }
+        let base_tokens = out.scheduled.iter().map(|s| s.num_scheduled_tokens).sum();
+        let base_outputs = out
+            .scheduled
+            .iter()
+            .filter(|s| {
+                self.requests.get(&s.seq_id).is_some_and(|r| {
+                    r.num_computed_tokens + s.num_scheduled_tokens >= r.num_tokens()
+                })
+            })
+            .count();
+        let ks = spec.choose(base_tokens, base_outputs, budget, &cands);
+        for ((c, &i), k) in cands.iter().zip(&idx).zip(ks) {
+            let Some(req) = self.requests.get_mut(&c.seq_id) else {
+                continue;
+            };
+            if k == 0 {
+                req.acceptance.fade();
+                continue;
+            }
+            let req = &self.requests[&c.seq_id];
+            let Some(extra) = self
+                .kv
+                .allocate_slots(req, 1 + k, &ComputedBlocks::default())
+            else {
+                continue; // no blocks to spare: this step decodes one token
+            };
+            let s = &mut out.scheduled[i];
+            s.block_ids.extend(extra);
+            s.num_scheduled_tokens += k;
+            s.num_spec_tokens = k;
+        }
     }
 
     /// Tokens `seq` would compute this step after a prefix hit of `hit` tokens.
@@ -260,8 +355,10 @@ impl Scheduler {
         } else {
             block_ids
         };
+        let table_offset = self.kv.block_table(seq).len() - block_ids.len();
         ScheduledSeq {
             seq_id: seq,
+            table_offset,
             new: first_time.then(|| NewSeqData {
                 prompt_token_ids: req.token_ids[..req.prompt_len].to_vec(),
                 params: req.params.clone(),
@@ -271,6 +368,7 @@ impl Scheduler {
             block_ids,
             num_computed_tokens: req.num_computed_tokens,
             num_scheduled_tokens: n,
+            num_spec_tokens: 0,
         }
     }
 
@@ -293,12 +391,13 @@ impl Scheduler {
         self.counters.preemptions += 1;
     }
 
-    /// Applies a step's results: advances `num_computed_tokens`, appends sampled tokens,
-    /// caches newly full blocks, checks token-level stops and frees finished sequences.
+    /// Applies a step's results: advances `num_computed_tokens`, appends the tokens each
+    /// sequence produced (stopping at the first token-level stop among them), gives back the
+    /// slots of rejected proposals, caches newly full blocks and frees finished sequences.
     pub fn update_from_output(
         &mut self,
         out: &SchedulerOutput,
-        sampled: &HashMap<SeqId, u32>,
+        results: &HashMap<SeqId, SeqResult>,
     ) -> Vec<SeqUpdate> {
         let mut updates = Vec::new();
         let block_size = self.kv.block_size();
@@ -309,26 +408,46 @@ impl Scheduler {
             if req.status != RequestStatus::Running {
                 continue;
             }
+            let known = s.num_scheduled_tokens - s.num_spec_tokens;
             if req.num_computed_tokens < req.prompt_len {
-                let prompt_part =
-                    (req.prompt_len - req.num_computed_tokens).min(s.num_scheduled_tokens);
+                let prompt_part = (req.prompt_len - req.num_computed_tokens).min(known);
                 self.counters.prompt_tokens_computed += prompt_part as u64;
             }
-            req.num_computed_tokens += s.num_scheduled_tokens;
+            req.num_computed_tokens += known;
             debug_assert!(req.num_computed_tokens <= req.num_tokens());
-            let new_token = sampled.get(&s.seq_id).copied();
-            if let Some(t) = new_token {
+            let result = results.get(&s.seq_id);
+            let mut new_tokens = Vec::new();
+            let mut finish = None;
+            for &t in result.map_or(&[][..], |r| &r.tokens[..]) {
+                if !new_tokens.is_empty() {
+                    // The token before this one was a proposal the target accepted: its KV
+                    // was computed in this step's verification pass.
+                    req.num_computed_tokens += 1;
+                }
                 req.append_token(t, block_size);
+                new_tokens.push(t);
+                finish = check_stop(req, &self.eog_ids, self.config.max_model_len);
+                if finish.is_some() {
+                    break;
+                }
+            }
+            if s.num_spec_tokens > 0 {
+                let accepted = result.map_or(0, |r| r.tokens.len().saturating_sub(1));
+                let proposed = result.map_or(0, |r| r.num_proposed);
+                req.acceptance.record(s.num_spec_tokens, accepted);
+                if let Some(spec) = self.spec.as_mut() {
+                    spec.record(s.num_spec_tokens, proposed, accepted);
+                }
+                self.kv.trim(&self.requests[&s.seq_id]);
             }
             self.kv.cache_full_blocks(&self.requests[&s.seq_id]);
-            if new_token.is_none() {
+            if new_tokens.is_empty() {
                 continue;
             }
             let req = &self.requests[&s.seq_id];
-            let finish = check_stop(req, &self.eog_ids, self.config.max_model_len);
             let update = SeqUpdate {
                 seq_id: s.seq_id,
-                new_token,
+                new_tokens,
                 finish: finish.clone(),
                 prompt_len: req.prompt_len,
                 num_output_tokens: req.num_output_tokens(),

@@ -24,6 +24,10 @@ pub struct FakeExecutor {
     pub steps: Vec<SchedulerOutput>,
     /// Time each step takes, to model a real forward pass.
     pub step_delay: Option<std::time::Duration>,
+    /// With speculation: one in `wrong_every` proposed tokens is wrong (0 = all right), and
+    /// proposals are cut short at random, so acceptance, rejection and partial proposals all
+    /// happen.
+    pub wrong_every: u32,
 }
 
 impl FakeExecutor {
@@ -66,16 +70,47 @@ impl ModelExecutor for FakeExecutor {
                 if s.resumed {
                     st.1.clone_from(&s.block_ids);
                 } else {
+                    st.1.truncate(s.table_offset);
                     st.1.extend_from_slice(&s.block_ids);
                 }
             }
+            // Proposals: the true continuation, with some tokens wrong and some runs short.
+            let known = s.num_scheduled_tokens - s.num_spec_tokens;
+            let mut proposed = Vec::new();
+            if s.num_spec_tokens > 0 {
+                let mut t = self.seqs[&s.seq_id].0.clone();
+                let h = (s.seq_id as u32).wrapping_mul(2654435761) ^ (t.len() as u32 * 40503);
+                let len = if h.is_multiple_of(3) {
+                    s.num_spec_tokens / 2
+                } else {
+                    s.num_spec_tokens
+                };
+                for i in 0..len {
+                    let right = Self::next_token(&t);
+                    let wrong = self.wrong_every > 0
+                        && (h >> 3)
+                            .wrapping_add(i as u32 * 7)
+                            .is_multiple_of(self.wrong_every);
+                    let d = if wrong {
+                        (right + 1) % (VOCAB - 1)
+                    } else {
+                        right
+                    };
+                    proposed.push(d);
+                    t.push(d);
+                }
+            }
             let (tokens, table) = &self.seqs[&s.seq_id];
-            let (start, end) = (
-                s.num_computed_tokens,
-                s.num_computed_tokens + s.num_scheduled_tokens,
-            );
+            let (start, end) = (s.num_computed_tokens, s.num_computed_tokens + known);
             assert!(end <= tokens.len(), "scheduled past the known tokens");
-            assert!(table.len() * bs >= end, "block table too short");
+            assert!(
+                s.num_spec_tokens == 0 || end == tokens.len(),
+                "speculation only after the last known token"
+            );
+            assert!(
+                table.len() * bs >= end + proposed.len(),
+                "block table too short"
+            );
             for (pos, tok) in tokens.iter().enumerate().take(start) {
                 let slot = table[pos / bs] as usize * bs + pos % bs;
                 assert_eq!(
@@ -89,14 +124,42 @@ impl ModelExecutor for FakeExecutor {
                 let slot = table[pos / bs] as usize * bs + pos % bs;
                 self.arena[slot] = Some((tokens[pos], pos));
             }
+            // Proposed tokens get KV too, right or wrong: the core must not count a rejected
+            // one as computed (the check above would catch it a step later).
+            for (i, &d) in proposed.iter().enumerate() {
+                let pos = end + i;
+                let slot = table[pos / bs] as usize * bs + pos % bs;
+                self.arena[slot] = Some((d, pos));
+            }
             if end == tokens.len() {
-                let t = Self::next_token(tokens);
-                self.seqs.get_mut(&s.seq_id).unwrap().0.push(t);
-                out.sampled.push(SampledToken {
-                    seq_id: s.seq_id,
-                    token_id: t,
-                    logprobs: None,
-                });
+                let st = self.seqs.get_mut(&s.seq_id).unwrap();
+                let mut all_accepted = true;
+                for &d in &proposed {
+                    let t = Self::next_token(&st.0);
+                    st.0.push(t);
+                    out.sampled.push(SampledToken {
+                        seq_id: s.seq_id,
+                        token_id: t,
+                        logprobs: None,
+                    });
+                    if t != d {
+                        all_accepted = false;
+                        break;
+                    }
+                }
+                if all_accepted {
+                    // Every proposal accepted (or none made): the target's own next token.
+                    let t = Self::next_token(&st.0);
+                    st.0.push(t);
+                    out.sampled.push(SampledToken {
+                        seq_id: s.seq_id,
+                        token_id: t,
+                        logprobs: None,
+                    });
+                }
+                if s.num_spec_tokens > 0 {
+                    out.proposed.push((s.seq_id, proposed.len()));
+                }
             }
         }
         Ok(out)

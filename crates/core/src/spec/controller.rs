@@ -1,0 +1,323 @@
+//! Choosing each sequence's number of speculative tokens for a step. With a fixed K every
+//! decoding sequence gets K. With `auto`, tokens are handed out one at a time to the sequence
+//! whose next proposed token is most likely to be accepted (rate^(k+1) for its (k+1)-th), for
+//! as long as the batch's expected tokens per second keeps rising under the measured step-cost
+//! curve; on a busy, compute-bound batch that stops at K = 0 for everyone by itself.
+
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+
+use super::config::{NumSpecTokens, SpecConfig, SpecMethod};
+use super::cost_model::StepCostModel;
+use crate::request::SeqId;
+
+/// A decoding sequence that may speculate this step.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SpecCandidate {
+    pub seq_id: SeqId,
+    /// Its acceptance estimate.
+    pub rate: f64,
+    /// The most it may propose (what is left of `max_tokens` and of the context, minus one).
+    pub cap: usize,
+}
+
+/// Speculation counters since start, with vLLM's meanings.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SpecCounters {
+    /// Rounds in which a sequence had at least one token proposed.
+    pub num_drafts: u64,
+    pub num_draft_tokens: u64,
+    pub num_accepted_tokens: u64,
+    /// Accepted tokens by position in their run (0 = first proposed token).
+    pub accepted_per_pos: Vec<u64>,
+    /// How often each K (index) was chosen for a decoding sequence.
+    pub chosen_k: Vec<u64>,
+    /// Sequences that could not speculate when asked (e.g. no draft KV left); they ran without.
+    pub num_unsupported: u64,
+}
+
+/// The scheduler's speculation policy and what it learned.
+#[derive(Clone, Debug)]
+pub struct SpecController {
+    config: SpecConfig,
+    target: StepCostModel,
+    /// Seconds of one draft-model forward against the sequences in it.
+    draft: StepCostModel,
+    /// Engine-wide acceptance (accepted over attempts), the prior of new sequences.
+    global_accepted: f64,
+    global_attempts: f64,
+    pub counters: SpecCounters,
+}
+
+#[derive(PartialEq)]
+struct Gain {
+    gain: f64,
+    idx: usize,
+}
+
+impl Eq for Gain {}
+
+impl PartialOrd for Gain {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Gain {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.gain
+            .total_cmp(&other.gain)
+            .then(other.idx.cmp(&self.idx))
+    }
+}
+
+impl SpecController {
+    pub fn new(config: SpecConfig) -> Self {
+        let max = config.num_speculative_tokens.max();
+        Self {
+            config,
+            target: StepCostModel::default(),
+            draft: StepCostModel::default(),
+            global_accepted: 0.0,
+            global_attempts: 0.0,
+            counters: SpecCounters {
+                accepted_per_pos: vec![0; max],
+                chosen_k: vec![0; max + 1],
+                ..Default::default()
+            },
+        }
+    }
+
+    pub fn config(&self) -> &SpecConfig {
+        &self.config
+    }
+
+    /// The acceptance of a sequence with no history of its own.
+    pub fn prior(&self) -> f64 {
+        // Optimistic until measured: a first try costs one verification.
+        (self.global_accepted + 0.6) / (self.global_attempts + 1.0)
+    }
+
+    /// K for each candidate (same order). `base_tokens` are the step's tokens without
+    /// speculation, `base_outputs` the tokens it samples, `budget` the tokens left to hand out.
+    pub fn choose(
+        &mut self,
+        base_tokens: usize,
+        base_outputs: usize,
+        budget: usize,
+        cands: &[SpecCandidate],
+    ) -> Vec<usize> {
+        let mut ks = vec![0; cands.len()];
+        let mut left = budget;
+        match self.config.num_speculative_tokens {
+            NumSpecTokens::Fixed(k) => {
+                for (c, slot) in cands.iter().zip(&mut ks) {
+                    let give = k.min(c.cap).min(left);
+                    *slot = give;
+                    left -= give;
+                }
+            }
+            NumSpecTokens::Auto { max } => {
+                self.choose_auto(base_tokens, base_outputs, left, max, cands, &mut ks)
+            }
+        }
+        for &k in &ks {
+            if let Some(c) = self.counters.chosen_k.get_mut(k) {
+                *c += 1;
+            }
+        }
+        ks
+    }
+
+    fn choose_auto(
+        &self,
+        base_tokens: usize,
+        base_outputs: usize,
+        mut left: usize,
+        max: usize,
+        cands: &[SpecCandidate],
+        ks: &mut [usize],
+    ) {
+        if !self.target.is_known() {
+            return; // no measured cost curve yet: never speculate blind
+        }
+        let uses_draft = matches!(self.config.method, SpecMethod::DraftModel { .. });
+        let mut heap: BinaryHeap<Gain> = cands
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.cap > 0)
+            .map(|(idx, c)| Gain { gain: c.rate, idx })
+            .collect();
+        let mut tokens = base_tokens;
+        let mut expected = base_outputs.max(1) as f64;
+        let mut kmax = 0usize;
+        let mut drafting = 0usize;
+        let cost = |tokens: usize, kmax: usize, drafting: usize| {
+            let mut c = self.target.predict(tokens);
+            if uses_draft && kmax > 0 {
+                c += kmax as f64 * self.draft.predict(drafting);
+            }
+            c
+        };
+        let mut now = cost(tokens, kmax, drafting);
+        while left > 0
+            && let Some(Gain { gain, idx }) = heap.pop()
+        {
+            let k = ks[idx];
+            let (kmax2, drafting2) = (kmax.max(k + 1), drafting + usize::from(k == 0));
+            let next = cost(tokens + 1, kmax2, drafting2);
+            // Keep the token only if expected tokens per second rise with it.
+            if (expected + gain) * now <= expected * next {
+                // A cheaper candidate (one under kmax) may still pay; others only cost more.
+                if kmax2 > kmax || drafting2 > drafting {
+                    continue;
+                }
+                break;
+            }
+            ks[idx] = k + 1;
+            expected += gain;
+            tokens += 1;
+            left -= 1;
+            (kmax, drafting, now) = (kmax2, drafting2, next);
+            let c = &cands[idx];
+            if k + 1 < c.cap.min(max) {
+                heap.push(Gain {
+                    gain: gain * c.rate,
+                    idx,
+                });
+            }
+        }
+    }
+
+    /// A step of `tokens` computed tokens took `secs` seconds, of which `draft` were
+    /// `(forwards, sequences, seconds)` of draft-model work.
+    pub fn observe_step(&mut self, tokens: usize, secs: f64, draft: Option<(usize, usize, f64)>) {
+        let mut target_secs = secs;
+        if let Some((forwards, seqs, dsecs)) = draft
+            && forwards > 0
+        {
+            self.draft.observe(seqs, dsecs / forwards as f64);
+            target_secs -= dsecs;
+        }
+        self.target.observe(tokens, target_secs);
+    }
+
+    /// Seeds the cost curves from start-up measurements: `(tokens, seconds)` of target steps,
+    /// and of single draft forwards against their sequences.
+    pub fn calibrate(&mut self, target: &[(usize, f64)], draft: &[(usize, f64)]) {
+        for &(t, s) in target {
+            self.target.observe(t, s);
+        }
+        for &(t, s) in draft {
+            self.draft.observe(t, s);
+        }
+    }
+
+    /// One sequence's round: `asked` tokens allowed, `proposed` of them proposed, `accepted`.
+    pub fn record(&mut self, asked: usize, proposed: usize, accepted: usize) {
+        if asked == 0 {
+            return;
+        }
+        if proposed == 0 {
+            // Nothing to verify (no n-gram match, say): not a draft, but a failed attempt.
+            self.global_attempts += 1.0;
+            return;
+        }
+        let c = &mut self.counters;
+        c.num_drafts += 1;
+        c.num_draft_tokens += proposed as u64;
+        c.num_accepted_tokens += accepted as u64;
+        for pos in 0..accepted {
+            if let Some(n) = c.accepted_per_pos.get_mut(pos) {
+                *n += 1;
+            }
+        }
+        self.global_accepted = self.global_accepted * 0.999 + accepted as f64;
+        self.global_attempts =
+            self.global_attempts * 0.999 + (accepted + usize::from(accepted < asked)) as f64;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn controller(k: NumSpecTokens, cost: &[(usize, f64)]) -> SpecController {
+        let mut c = SpecController::new(SpecConfig {
+            method: SpecMethod::Suffix,
+            num_speculative_tokens: k,
+        });
+        c.calibrate(cost, &[]);
+        c
+    }
+
+    fn cand(seq_id: u64, rate: f64) -> SpecCandidate {
+        SpecCandidate {
+            seq_id,
+            rate,
+            cap: 100,
+        }
+    }
+
+    /// A CPU-like curve: flat to 16 tokens, then linear.
+    const CURVE: &[(usize, f64)] = &[
+        (1, 0.020),
+        (4, 0.0205),
+        (16, 0.022),
+        (64, 0.080),
+        (256, 0.320),
+    ];
+
+    #[test]
+    fn a_lone_sequence_speculates_deep_when_tokens_are_free() {
+        let mut c = controller(NumSpecTokens::Auto { max: 8 }, CURVE);
+        assert_eq!(c.choose(1, 1, 100, &[cand(0, 0.9)]), vec![8]);
+        // A poor acceptance still earns a token or two on the flat part, not eight.
+        let k = c.choose(1, 1, 100, &[cand(0, 0.2)])[0];
+        assert!((1..=2).contains(&k), "{k}");
+    }
+
+    #[test]
+    fn a_busy_batch_turns_speculation_off_by_itself() {
+        let mut c = controller(NumSpecTokens::Auto { max: 8 }, CURVE);
+        let cands: Vec<_> = (0..64).map(|i| cand(i, 0.7)).collect();
+        let ks = c.choose(64, 64, 1000, &cands);
+        assert!(ks.iter().all(|&k| k == 0), "{ks:?}");
+        // Eight streams on the flat part share the free tokens, best rates first.
+        let mut cands: Vec<_> = (0..8).map(|i| cand(i, 0.3)).collect();
+        cands[3].rate = 0.9;
+        let ks = c.choose(8, 8, 1000, &cands);
+        assert!(ks[3] >= ks[0] && ks[3] > 0, "{ks:?}");
+        assert!(ks.iter().sum::<usize>() + 8 <= 24, "{ks:?}");
+    }
+
+    #[test]
+    fn fixed_k_respects_caps_and_the_budget() {
+        let mut c = controller(NumSpecTokens::Fixed(4), &[]);
+        let mut a = cand(0, 0.1);
+        a.cap = 2;
+        assert_eq!(
+            c.choose(2, 2, 5, &[a, cand(1, 0.1), cand(2, 0.1)]),
+            vec![2, 3, 0]
+        );
+        assert_eq!(c.counters.chosen_k, vec![1, 0, 1, 1, 0]);
+    }
+
+    #[test]
+    fn unmeasured_cost_means_no_speculation() {
+        let mut c = controller(NumSpecTokens::Auto { max: 8 }, &[]);
+        assert_eq!(c.choose(1, 1, 100, &[cand(0, 0.99)]), vec![0]);
+    }
+
+    #[test]
+    fn counters_follow_rounds() {
+        let mut c = controller(NumSpecTokens::Fixed(3), &[]);
+        c.record(3, 3, 2);
+        c.record(3, 0, 0);
+        c.record(3, 2, 2);
+        assert_eq!(c.counters.num_drafts, 2);
+        assert_eq!(c.counters.num_draft_tokens, 5);
+        assert_eq!(c.counters.num_accepted_tokens, 4);
+        assert_eq!(c.counters.accepted_per_pos, vec![2, 2, 0]);
+    }
+}

@@ -1,0 +1,248 @@
+//! The draft-model proposer: a second, smaller model of the same vocabulary, with its own KV
+//! arena and block tables (private to it: the scheduler never sees them), run K steps
+//! autoregressively for every speculating sequence of a step together. It remembers the tokens
+//! it has KV for, so after a verification it resumes from the longest prefix that still
+//! matches (accepted proposals keep their KV; rejected ones are overwritten), and it catches
+//! up lazily: a sequence that starts speculating mid-generation first feeds what it missed,
+//! in chunks, so one long prompt never stalls a step. Proposals are the draft's argmax: a
+//! one-hot proposal, which the runner's verification keeps exact for every request.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use pagoda_core::DraftWork;
+use pagoda_spec::{ProposeRequest, Proposer};
+
+use crate::batch::{Logits, SeqChunk};
+use crate::model_runner::time_steps;
+use crate::sampler::argmax;
+use crate::{CpuExecutor, ForwardBatch, Model, ModelError};
+
+/// Most tokens one sequence catches up in a step before it may propose.
+const CATCH_UP_CHUNK: usize = 256;
+
+struct DraftSeq {
+    /// The tokens whose KV the draft's arena holds for this sequence, by position.
+    fed: Vec<u32>,
+    table: Vec<u32>,
+}
+
+/// Proposes with a draft model.
+pub struct DraftProposer {
+    exec: CpuExecutor,
+    free: Vec<u32>,
+    seqs: HashMap<u64, DraftSeq>,
+    work: Option<DraftWork>,
+}
+
+impl DraftProposer {
+    /// A proposer running `model` over an arena of `num_blocks` blocks of `block_size`.
+    pub fn new(model: Model, num_blocks: usize, block_size: usize) -> Result<Self, ModelError> {
+        let exec = CpuExecutor::new(model, num_blocks, block_size)?;
+        Ok(Self {
+            exec,
+            free: (0..num_blocks as u32).rev().collect(),
+            seqs: HashMap::new(),
+            work: None,
+        })
+    }
+
+    /// Refuses a draft whose vocabulary is not the target's, token for token: its ids would
+    /// mean other text, and every proposal would be a wasted verification.
+    pub fn check_vocabulary(target: &Model, draft: &Model) -> Result<(), String> {
+        let key = "tokenizer.ggml.tokens";
+        let tokens = |m: &Model| {
+            m.gguf()
+                .get_str_array(key)
+                .ok()
+                .flatten()
+                .map(<[String]>::len)
+        };
+        let (t, d) = (target.gguf(), draft.gguf());
+        let (tt, dt) = (
+            t.get_str_array(key).ok().flatten(),
+            d.get_str_array(key).ok().flatten(),
+        );
+        if target.config().vocab_size != draft.config().vocab_size || tt != dt {
+            let first_diff = match (tt, dt) {
+                (Some(a), Some(b)) => a
+                    .iter()
+                    .zip(b)
+                    .position(|(x, y)| x != y)
+                    .map(|i| {
+                        format!(
+                            "; token {i} is {:?} in the target, {:?} in the draft",
+                            a[i], b[i]
+                        )
+                    })
+                    .unwrap_or_default(),
+                _ => String::new(),
+            };
+            return Err(format!(
+                "the draft model's vocabulary differs from the target's ({} tokens, {} embedding \
+                 rows in the target; {} tokens, {} rows in the draft{first_diff})",
+                tokens(target).unwrap_or(0),
+                target.config().vocab_size,
+                tokens(draft).unwrap_or(0),
+                draft.config().vocab_size,
+            ));
+        }
+        Ok(())
+    }
+
+    /// What the last `propose` cost.
+    pub fn take_work(&mut self) -> Option<DraftWork> {
+        self.work.take()
+    }
+
+    /// Seconds of one draft forward against the sequences in it, for the cost model.
+    pub fn calibrate(&mut self) -> Vec<(usize, f64)> {
+        time_steps(&mut self.exec, &[1, 4, 16])
+    }
+
+    /// Grows `seq`'s table to hold `positions` tokens; false (nothing taken) when short.
+    fn reserve(&mut self, seq: u64, positions: usize) -> bool {
+        let bs = self.exec.kv_cache.block_size();
+        let Some(st) = self.seqs.get_mut(&seq) else {
+            return false;
+        };
+        let need = positions.div_ceil(bs).saturating_sub(st.table.len());
+        if need > self.free.len() {
+            return false;
+        }
+        let at = self.free.len() - need;
+        st.table.extend(self.free.drain(at..));
+        true
+    }
+}
+
+/// One sequence's drafting this step.
+struct Job {
+    seq: u64,
+    /// Tokens to feed first (what the draft has not seen), at positions `start..`.
+    feed: Vec<u32>,
+    start: usize,
+    /// Proposals to make (0 while still catching up).
+    k: usize,
+    drafts: Vec<u32>,
+    out: usize,
+}
+
+impl Proposer for DraftProposer {
+    fn propose(&mut self, reqs: &[ProposeRequest<'_>], out: &mut Vec<Vec<u32>>) {
+        out.clear();
+        out.resize(reqs.len(), Vec::new());
+        let started = Instant::now();
+        let mut jobs = Vec::new();
+        for (i, r) in reqs.iter().enumerate() {
+            let st = self.seqs.entry(r.seq_id).or_insert_with(|| DraftSeq {
+                fed: Vec::new(),
+                table: Vec::new(),
+            });
+            let valid = st
+                .fed
+                .iter()
+                .zip(r.tokens)
+                .take_while(|(a, b)| a == b)
+                .count();
+            st.fed.truncate(valid);
+            let lag = r.tokens.len() - valid;
+            let (feed_len, k) = if lag > CATCH_UP_CHUNK {
+                (CATCH_UP_CHUNK, 0)
+            } else {
+                (lag, r.max_tokens)
+            };
+            if feed_len == 0 {
+                continue; // cannot happen: the newest token is never fed before it is verified
+            }
+            // KV for the fed tokens and for the proposals fed back (all but the last).
+            let positions = valid + feed_len + k.saturating_sub(1);
+            if !self.reserve(r.seq_id, positions) {
+                continue; // the draft's arena is full: this sequence decodes without
+            }
+            jobs.push(Job {
+                seq: r.seq_id,
+                feed: r.tokens[valid..valid + feed_len].to_vec(),
+                start: valid,
+                k,
+                drafts: Vec::new(),
+                out: i,
+            });
+        }
+        let mut forwards = 0;
+        let most = jobs.len();
+        let kmax = jobs.iter().map(|j| j.k).max().unwrap_or(0);
+        for round in 0..kmax.max(1) {
+            let active: Vec<usize> = (0..jobs.len())
+                .filter(|&j| {
+                    if round == 0 {
+                        !jobs[j].feed.is_empty()
+                    } else {
+                        jobs[j].drafts.len() == round && round < jobs[j].k
+                    }
+                })
+                .collect();
+            if active.is_empty() {
+                break;
+            }
+            let inputs: Vec<(Vec<u32>, usize)> = active
+                .iter()
+                .map(|&j| {
+                    let job = &jobs[j];
+                    if round == 0 {
+                        (job.feed.clone(), job.start)
+                    } else {
+                        let pos = job.start + job.feed.len() + round - 1;
+                        (vec![job.drafts[round - 1]], pos)
+                    }
+                })
+                .collect();
+            let chunks: Vec<SeqChunk<'_>> = active
+                .iter()
+                .zip(&inputs)
+                .map(|(&j, (tokens, start))| SeqChunk {
+                    tokens,
+                    start: *start,
+                    block_table: &self.seqs[&jobs[j].seq].table,
+                    logits: Logits::Last,
+                })
+                .collect();
+            let batch = ForwardBatch::from_seqs(&chunks, self.exec.kv_cache.block_size());
+            drop(chunks);
+            let vocab = self.exec.vocab_size();
+            let Ok(logits) = self.exec.forward(&batch) else {
+                // A failed draft forward only costs the proposals.
+                for j in &mut jobs {
+                    j.drafts.clear();
+                    j.k = 0;
+                }
+                break;
+            };
+            forwards += 1;
+            for (row, &j) in active.iter().enumerate() {
+                let job = &mut jobs[j];
+                if let Some(st) = self.seqs.get_mut(&job.seq) {
+                    st.fed.extend_from_slice(&inputs[row].0);
+                }
+                if job.k > 0 {
+                    job.drafts
+                        .push(argmax(&logits[row * vocab..(row + 1) * vocab]));
+                }
+            }
+        }
+        for job in jobs {
+            out[job.out] = job.drafts;
+        }
+        self.work = (forwards > 0).then(|| DraftWork {
+            forwards,
+            seqs: most,
+            seconds: started.elapsed().as_secs_f64(),
+        });
+    }
+
+    fn finished(&mut self, seq_id: u64, _tokens: &[u32], _prompt_len: usize) {
+        if let Some(st) = self.seqs.remove(&seq_id) {
+            self.free.extend(st.table);
+        }
+    }
+}
