@@ -257,6 +257,23 @@ mod tests {
     }
 
     #[test]
+    fn the_more_confident_index_wins_and_a_tie_goes_to_the_sequence() {
+        // The sequence's own history says "1 2" -> 3 once (P = 1/2: the current "1 2" counts
+        // too); three finished outputs say "1 2" -> 4 4 (P = 1).
+        let mut p = SuffixProposer::new(config(8)).unwrap();
+        let own = [1, 2, 3, 9, 1, 2];
+        for id in 0..3 {
+            p.finished(id, &[1, 2, 4, 4], 0);
+        }
+        assert_eq!(propose_one(&mut p, req(10, &own, 6, 2)), [4, 4]);
+        // Equal scores: the sequence's own draft. Own: "1 2" -> 3 9 at P = 1/2 each (score
+        // 1); shared: only "2" matches, allowing one token, 6 at P = 1 (score 1).
+        let mut p = SuffixProposer::new(config(8)).unwrap();
+        p.finished(1, &[5, 2, 6], 0);
+        assert_eq!(propose_one(&mut p, req(11, &own, 6, 2)), [3, 9]);
+    }
+
+    #[test]
     fn nothing_to_match_proposes_nothing_and_out_is_refilled() {
         let mut p = SuffixProposer::new(SuffixConfig::default()).unwrap();
         let a = [1, 2, 3, 4];
