@@ -9,8 +9,9 @@
 //! probabilities) is at least the global one's, as in Arctic's `SuffixDecodingCache.speculate`.
 //! Unlike Arctic, a running sequence's output enters the shared index only when it finishes.
 //!
-//! Memory: each index holds at most `2 * tokens + 1` nodes; the shared one holds the outputs of
-//! at most `max_cached_requests` sequences (the oldest is removed with its counts first).
+//! Memory: each index holds its tokens (4 bytes each) and at most `2 * tokens + 1` nodes of 48
+//! bytes plus 8 per child edge, so under ~120 bytes per indexed token; the shared one holds the
+//! outputs of at most `max_cached_requests` sequences (the oldest is removed with its counts first).
 
 use std::collections::HashMap;
 

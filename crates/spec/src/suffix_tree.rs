@@ -15,8 +15,8 @@
 //!   occurrence of the whole root-to-node string ending at `end`. `text_id` is the *newest*
 //!   text through the node (set whenever a string of the text reaches the node's end). Texts
 //!   are removed oldest first, so a node that survives a removal never points into it;
-//! - `best` is a child of maximal count (ties go to the most recently incremented one, as
-//!   Arctic's sibling order does). Not kept at the root: no draft starts there.
+//! - `best` is a child of maximal count (ties go to the most recently incremented one, never
+//!   to a newly created one, as Arctic's sibling order does). Not kept at the root: no draft starts there.
 //!
 //! Cost: appending a token touches the `D` active strings of the text, O(1) each (plus a
 //! binary search among children); removing a text of `n` tokens walks its `n` strings, O(n * D);
@@ -38,7 +38,7 @@ struct Node {
     /// Child of maximal count, `NONE` for a leaf (and always at the root).
     best: u32,
     /// The newest text through this node; the label lies in it.
-    text_id: u64,
+    text_id: u32,
     /// One past the label's last token in that text.
     end: u32,
     /// Label length (0 only for the root).
@@ -63,8 +63,9 @@ pub(crate) struct SuffixTree {
     /// Freed node slots, reused before growing `nodes`.
     free: Vec<u32>,
     texts: VecDeque<Text>,
-    /// Id of `texts[0]`; ids grow by one per text and are never reused.
-    first_id: u64,
+    /// Id of `texts[0]`; ids grow by one per text (wrapping: only their distance from
+    /// `first_id` is used, and far fewer than 2^32 texts are ever live).
+    first_id: u32,
 }
 
 /// What `best_draft` found: the draft's score (sum of its token probabilities, Arctic's) and
@@ -129,7 +130,7 @@ impl SuffixTree {
         if self.texts.is_empty() {
             self.start_text();
         }
-        let text_id = self.first_id + self.texts.len() as u64 - 1;
+        let text_id = self.first_id.wrapping_add(self.texts.len() as u32 - 1);
         // The text stays in place (labels are read from it); only its active list moves out.
         let mut active = match self.texts.back_mut() {
             Some(text) => std::mem::take(&mut text.active),
@@ -193,7 +194,7 @@ impl SuffixTree {
             }
         }
         self.texts.pop_front();
-        self.first_id += 1;
+        self.first_id = self.first_id.wrapping_add(1);
     }
 
     /// The best draft over all matched suffix lengths of `context`, as Arctic's
@@ -275,7 +276,7 @@ impl SuffixTree {
 
     /// Extends the string that ends at `node` by `token`, now ending at `end` in text
     /// `text_id`. Returns the node where it ends now.
-    fn extend_string(&mut self, node: u32, token: u32, text_id: u64, end: u32) -> u32 {
+    fn extend_string(&mut self, node: u32, token: u32, text_id: u32, end: u32) -> u32 {
         let Some(child) = self.child(node, token) else {
             let n = &mut self.nodes[node as usize];
             if node != ROOT && n.count == 1 {
@@ -296,7 +297,10 @@ impl SuffixTree {
                 children: Vec::new(),
             });
             self.insert_child(node, token, leaf);
-            self.bump_best(node, leaf);
+            // A new child joins the end of Arctic's sibling order: it wins no tie.
+            if node != ROOT && self.nodes[node as usize].best == NONE {
+                self.nodes[node as usize].best = leaf;
+            }
             return leaf;
         };
         let (n_count, c_count, c_len) = {
@@ -447,7 +451,7 @@ impl SuffixTree {
 
     fn label_token(&self, node: u32, idx: u32) -> u32 {
         let n = &self.nodes[node as usize];
-        let text = &self.texts[(n.text_id - self.first_id) as usize];
+        let text = &self.texts[n.text_id.wrapping_sub(self.first_id) as usize];
         text.tokens[(n.end - n.len + idx) as usize]
     }
 
@@ -476,7 +480,7 @@ impl SuffixTree {
     /// Every invariant of the module header, and every count against a brute-force count over
     /// the live texts.
     pub fn check(&self) -> Result<(), String> {
-        let live = |id: u64| id >= self.first_id && id < self.first_id + self.texts.len() as u64;
+        let live = |id: u32| (id.wrapping_sub(self.first_id) as usize) < self.texts.len();
         let mut seen = 0usize;
         let mut stack = vec![(ROOT, 0usize)];
         while let Some((node, depth)) = stack.pop() {
@@ -673,6 +677,29 @@ mod tests {
         t.extend(&[0, 0, 1]);
         t.pop_oldest();
         t.check().unwrap();
+    }
+
+    #[test]
+    fn text_ids_wrap() {
+        let mut t = SuffixTree::new(4);
+        t.first_id = u32::MAX - 1;
+        for i in 0..5 {
+            t.start_text();
+            t.extend(&[1, 2, 3, i]);
+            if t.num_texts() > 2 {
+                t.pop_oldest();
+            }
+            t.check().unwrap();
+        }
+        // The two live texts end "1 2 3 3" and "1 2 3 4": "3" is certain, then a tie.
+        let (d, _) = draft(&t, &[0, 1, 2], LIMITS);
+        assert_eq!((d.len(), d[0]), (2, 3));
+    }
+
+    #[test]
+    fn node_stays_small() {
+        // Memory is counted per node (at most two per token): keep an eye on its size.
+        assert_eq!(std::mem::size_of::<Node>(), 48);
     }
 
     fn texts() -> impl Strategy<Value = Vec<Vec<u32>>> {
