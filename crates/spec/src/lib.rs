@@ -6,7 +6,10 @@
 mod error;
 mod ngram;
 mod proposer;
+mod suffix;
+mod suffix_tree;
 
 pub use error::SpecConfigError;
 pub use ngram::NgramProposer;
 pub use proposer::{ProposeRequest, Proposer};
+pub use suffix::{SuffixConfig, SuffixProposer};
