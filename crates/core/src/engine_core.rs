@@ -226,6 +226,17 @@ impl<E: ModelExecutor> EngineCore<E> {
     /// a proposer), and is timed first so `auto` has a cost curve from the first step.
     pub fn enable_speculation(&mut self, config: SpecConfig) {
         let calibration = self.executor.calibrate();
+        let ms = |v: &[(usize, f64)]| {
+            v.iter()
+                .map(|(t, s)| format!("{t}: {:.1} ms", s * 1e3))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        tracing::info!(
+            "step cost by batch tokens: {}; draft forward by sequences: {}",
+            ms(&calibration.target),
+            ms(&calibration.draft)
+        );
         self.scheduler.set_speculation(config);
         if let Some(spec) = self.scheduler.speculation_mut() {
             spec.calibrate(&calibration.target, &calibration.draft);

@@ -5,7 +5,7 @@
 
 use pagoda_core::config::{check_kv_budget, default_kv_budget};
 use pagoda_core::{CacheConfig, EngineCore, SchedulerConfig, SpecConfig, SpecMethod};
-use pagoda_spec::NgramProposer;
+use pagoda_spec::{NgramProposer, SuffixConfig, SuffixProposer};
 
 use crate::{CpuExecutor, DraftProposer, KvCacheDtype, Model, ModelError, ModelRunner};
 
@@ -157,7 +157,8 @@ fn with_proposer(
             runner.with_proposer(Box::new(p))
         }
         SpecMethod::Suffix => {
-            return Err(bad("SUFFIX_PENDING".into()));
+            let p = SuffixProposer::new(SuffixConfig::default()).map_err(|e| bad(e.to_string()))?;
+            runner.with_proposer(Box::new(p))
         }
         SpecMethod::DraftModel { path } => {
             let Some(mut draft) = draft else {

@@ -1,5 +1,5 @@
-//! Speculative decoding through the whole engine on tiny random models: with n-gram proposals
-//! and with a draft model (the target itself, so nearly everything is accepted, and an
+//! Speculative decoding through the whole engine on tiny random models: with n-gram and suffix
+//! proposals and with a draft model (the target itself, so nearly everything is accepted, and an
 //! unrelated model, so nearly nothing is), every request's tokens and logprobs equal those
 //! without speculation, in mixed batches of greedy, seeded-sampled, penalised, `n > 1` and
 //! logprob requests, with a KV pool small enough to preempt; and proposals were really made

@@ -233,6 +233,19 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
         total_prompt += prompt_tokens;
     }
     let wall = t0.elapsed().as_secs_f64();
+    if let Some(c) = m.engine.stats().spec {
+        // vLLM's summary: acceptance rate over proposed tokens, and tokens per verification
+        // (the accepted run plus the target's own token).
+        let rate = c.num_accepted_tokens as f64 / c.num_draft_tokens.max(1) as f64;
+        let mean_len = 1.0 + c.num_accepted_tokens as f64 / c.num_drafts.max(1) as f64;
+        eprintln!(
+            "[speculative: {} drafts, {} tokens proposed, {} accepted ({:.1}%), mean acceptance length {mean_len:.2}]",
+            c.num_drafts,
+            c.num_draft_tokens,
+            c.num_accepted_tokens,
+            rate * 100.0
+        );
+    }
     if !single {
         eprintln!(
             "[{} prompts as one batch: {total_prompt} prompt + {total_generated} generated tokens in {wall:.2} s | {:.1} generated tok/s, {:.1} total tok/s]",
