@@ -16,6 +16,7 @@ pub mod dataset;
 pub mod metrics;
 pub mod report;
 pub mod runner;
+pub mod speculation;
 pub mod tokens;
 mod words;
 pub mod workload;

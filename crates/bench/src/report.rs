@@ -83,6 +83,21 @@ pub fn render_point(point: &PointReport) -> String {
     );
     line("Cached prompt tokens", s.total_cached_tokens.to_string());
     line("Max requests in flight", s.max_in_flight.to_string());
+    if let Some(sp) = &point.speculation {
+        line(
+            "Speculative acceptance rate",
+            format!(
+                "{:.1}% ({} of {} proposed tokens)",
+                sp.acceptance_rate * 100.0,
+                sp.accepted_tokens,
+                sp.draft_tokens
+            ),
+        );
+        line(
+            "Mean acceptance length",
+            format!("{:.2}", sp.mean_acceptance_length),
+        );
+    }
     let slo = &s.goodput.slo;
     let slo_text = match (slo.ttft_ms, slo.tpot_ms) {
         (None, None) => "no SLO set".to_owned(),

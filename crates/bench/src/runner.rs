@@ -21,6 +21,7 @@ use crate::client::{
     Api, RequestError, RequestRecord, SamplingSettings, Target, request_body, send_streaming,
 };
 use crate::metrics::{Slo, Summary};
+use crate::speculation::{self, SpecSummary};
 use crate::tokens::{CountMethod, TokenCounter};
 use crate::workload::{self, WorkItem, WorkloadError, WorkloadSpec};
 
@@ -125,6 +126,9 @@ pub struct PointReport {
     pub target: String,
     /// Statistics.
     pub summary: Summary,
+    /// Speculative decoding over the point, from the server's metrics (when it speculates).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speculation: Option<SpecSummary>,
     /// Every measured request.
     pub records: Vec<RequestRecord>,
 }
@@ -251,6 +255,7 @@ pub async fn run_bench(config: BenchConfig) -> Result<BenchReport, BenchError> {
     for (p, load) in config.loads.iter().enumerate() {
         let mut per_target: Vec<(Vec<RequestRecord>, f64, usize)> =
             vec![(Vec::new(), 0.0, 0); config.targets.len()];
+        let spec_before: Vec<_> = scrape_speculation(&http, &config.targets).await;
         for round in 0..rounds {
             // Fresh prompts per point and round: a repeated prompt would hit the prefix cache.
             let seed = config.workload.seed.wrapping_add((p * 1000 + round) as u64);
@@ -280,13 +285,19 @@ pub async fn run_bench(config: BenchConfig) -> Result<BenchReport, BenchError> {
                 acc.2 = acc.2.max(run.max_in_flight);
             }
         }
+        let spec_after: Vec<_> = scrape_speculation(&http, &config.targets).await;
         let first = points.len();
         for (t, (records, duration_s, max_in_flight)) in per_target.into_iter().enumerate() {
             let summary = Summary::from_records(&records, duration_s, config.slo, max_in_flight);
+            let speculation = match (spec_before[t], spec_after[t]) {
+                (Some(a), Some(b)) => speculation::between(a, b),
+                _ => None,
+            };
             points.push(PointReport {
                 load: *load,
                 target: config.targets[t].base_url.clone(),
                 summary,
+                speculation,
                 records,
             });
         }
@@ -307,6 +318,18 @@ pub async fn run_bench(config: BenchConfig) -> Result<BenchReport, BenchError> {
 }
 
 /// Records of one pass of a workload against one target.
+/// Each target's speculation counters now (one scrape each, in order).
+async fn scrape_speculation(
+    http: &reqwest::Client,
+    targets: &[Target],
+) -> Vec<Option<speculation::SpecCounters>> {
+    let mut out = Vec::with_capacity(targets.len());
+    for t in targets {
+        out.push(speculation::scrape(http, t).await);
+    }
+    out
+}
+
 struct PointRun {
     records: Vec<RequestRecord>,
     duration_s: f64,

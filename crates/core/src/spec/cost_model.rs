@@ -54,7 +54,17 @@ impl StepCostModel {
     /// points, flat below the first and along the last slope (never below flat) past the last.
     pub fn predict(&self, tokens: usize) -> f64 {
         let t = tokens.max(1) as f64;
-        let known: Vec<&Bucket> = self.buckets.iter().filter(|b| b.seen).collect();
+        // A bigger step never costs less: noise that says so would make tokens look free.
+        let mut floor = 0.0f64;
+        let known: Vec<Bucket> = self
+            .buckets
+            .iter()
+            .filter(|b| b.seen)
+            .map(|b| {
+                floor = floor.max(b.secs);
+                Bucket { secs: floor, ..*b }
+            })
+            .collect();
         let (Some(first), Some(last)) = (known.first(), known.last()) else {
             return t; // nothing measured: proportional, so speculation is never chosen blind
         };
@@ -62,7 +72,7 @@ impl StepCostModel {
             return first.secs;
         }
         for w in known.windows(2) {
-            let (a, b) = (w[0], w[1]);
+            let (a, b) = (&w[0], &w[1]);
             if t <= b.tokens {
                 let span = (b.tokens - a.tokens).max(1e-9);
                 return a.secs + (b.secs - a.secs) * (t - a.tokens) / span;
@@ -73,7 +83,7 @@ impl StepCostModel {
         let slope = match known.len() {
             1 => 0.0,
             n => {
-                let (a, b) = (known[n - 2], known[n - 1]);
+                let (a, b) = (&known[n - 2], &known[n - 1]);
                 ((b.secs - a.secs) / (b.tokens - a.tokens).max(1e-9)).max(0.0)
             }
         };
@@ -106,5 +116,10 @@ mod tests {
         m.observe(0, 1.0);
         m.observe(4, f64::NAN);
         assert!((m.predict(64) - 0.080).abs() < 0.002);
+        // A noisy point below an earlier one does not make bigger steps look cheaper.
+        let mut m = StepCostModel::default();
+        m.observe(1, 0.100);
+        m.observe(2, 0.090);
+        assert!(m.predict(2) >= m.predict(1));
     }
 }
