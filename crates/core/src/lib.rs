@@ -12,10 +12,11 @@ pub mod logprobs;
 pub mod request;
 pub mod sampling_params;
 pub mod sched;
+pub mod tenant;
 pub mod validation;
 
 pub use admission::{Admission, QueueSlots};
-pub use config::{CacheConfig, ConfigError, SchedulerConfig};
+pub use config::{CacheConfig, ConfigError, SchedulerConfig, SchedulingPolicy};
 pub use constraint::{ConstraintError, ConstraintRef, ConstraintState, TokenConstraint};
 pub use engine_core::{
     AddRequestError, EngineCore, EngineOutput, EngineRequest, EngineStats, ExecutorError,
@@ -25,4 +26,5 @@ pub use logprobs::{PositionLogprobs, TokenLogprob};
 pub use request::{FinishReason, Request, RequestStatus, SeqId};
 pub use sampling_params::{SamplingParams, SamplingParamsError};
 pub use sched::{ScheduledSeq, SchedulerOutput};
+pub use tenant::Tenant;
 pub use validation::{CheckedRequest, RequestLimits, ValidationError};

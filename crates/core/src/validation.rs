@@ -159,6 +159,7 @@ mod tests {
             prompt_token_ids: prompt,
             params: SamplingParams::greedy(max_tokens),
             priority: 0,
+            tenant: Default::default(),
             extra_keys: Default::default(),
         }
     }

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use pagoda_core::SchedulingPolicy;
 use pagoda_core::engine::EngineHandle;
 use pagoda_frontend::{ChatTemplate, Tokenizer, ToolCallFormat, ToolParserChoice};
 use pagoda_model::EngineSetup;
@@ -112,7 +113,7 @@ impl AppState {
             engine: m.engine,
             tokenizer: m.tokenizer,
             template: m.template,
-            priority_scheduling: setup.scheduler.priority_scheduling,
+            priority_scheduling: setup.scheduler.policy == SchedulingPolicy::Priority,
             model_path: path.display().to_string(),
             structured: m.structured,
             tool_format,

@@ -3,7 +3,7 @@
 //! the text edge needs. `ValidRequest::new` is the one place a prompt meets the engine's limits.
 
 use pagoda_core::kv::ExtraKeys;
-use pagoda_core::{CheckedRequest, EngineRequest, RequestLimits, SamplingParams};
+use pagoda_core::{CheckedRequest, EngineRequest, RequestLimits, SamplingParams, Tenant};
 
 use crate::validation_error::{FieldNames, ValidationError};
 
@@ -73,6 +73,7 @@ impl ValidRequest {
                 prompt_token_ids: prompt,
                 params: params.clone(),
                 priority: u.priority,
+                tenant: Tenant::default(),
                 extra_keys: extra_keys.clone(),
             };
             let checked = limits.check(req).map_err(|error| ValidationError::Engine {

@@ -169,7 +169,7 @@ pub fn build(
     {
         return Err(ValidationError::Requires {
             field: "priority",
-            needs: "the server to run with --priority-scheduling",
+            needs: "the server to run with --scheduling-policy priority",
         });
     }
     let params = SamplingParams {
