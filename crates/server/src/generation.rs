@@ -14,6 +14,7 @@ use pagoda_protocol::{FinishReason as WireFinish, PromptTokensDetails, StopReaso
 
 use crate::error::ApiError;
 use crate::metrics::Metrics;
+use crate::tenants::TenantState;
 use crate::valid_request::ValidRequest;
 use crate::validation_error::{ValidationError, admission_error};
 
@@ -56,6 +57,8 @@ struct Choice {
 /// A running request: one engine stream per prompt, text state per choice.
 pub struct Generation {
     metrics: Option<Arc<Metrics>>,
+    /// The tenant whose token counts (and `max_tokens_per_minute`) the output goes to.
+    tenant: Option<Arc<TenantState>>,
     /// One per prompt; `None` once it ended.
     streams: Vec<Option<RequestStream>>,
     choices: Vec<Choice>,
@@ -107,6 +110,7 @@ impl Generation {
         })?;
         Ok(Self {
             metrics,
+            tenant: None,
             streams: streams.into_iter().map(Some).collect(),
             choices,
             prompt_lens: (0..req.num_prompts())
@@ -116,6 +120,12 @@ impl Generation {
             stop_token_ids: req.params().stop_token_ids.clone(),
             n,
         })
+    }
+
+    /// Counts every generated token to `tenant`.
+    pub fn count_for(mut self, tenant: Option<Arc<TenantState>>) -> Self {
+        self.tenant = tenant;
+        self
     }
 
     /// The next update of any choice; `None` when every choice has finished.
@@ -195,6 +205,9 @@ impl Generation {
             }
         }
         choice.generated += update.token_ids.len() as u32;
+        if let Some(t) = &self.tenant {
+            t.add_generated(update.token_ids.len() as u64);
+        }
         let now = out.timing.at;
         if !update.token_ids.is_empty() {
             match (choice.first_token_at, choice.last_output_at, metrics) {

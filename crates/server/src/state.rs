@@ -19,6 +19,7 @@ use crate::config::ServerConfig;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::model_loader::{LoadError, LoadOptions, load_engine};
+use crate::tenants::{KeysFileError, Reloaded, Tenants};
 
 /// The model side of the server, present once loading finished.
 pub struct Loaded {
@@ -43,7 +44,8 @@ struct Inner {
     in_flight: AtomicUsize,
     idle: Notify,
     created: u64,
-    tenant_salt: Option<String>,
+    tenants: Tenants,
+    metrics_key: Option<[u8; 16]>,
 }
 
 /// Shared by every handler; cheap to clone.
@@ -52,9 +54,31 @@ pub struct AppState(Arc<Inner>);
 
 impl AppState {
     /// A server with no model yet: `/health` answers, everything else 503 until
-    /// [`AppState::load_model`] returns.
+    /// [`AppState::load_model`] returns. A keys file that cannot be read leaves the server
+    /// requiring keys it does not have (every keyed request 401) and logs why; use
+    /// [`AppState::try_new`] to fail instead.
     pub fn new(config: ServerConfig) -> Self {
-        let tenant_salt = config.api_key.as_deref().map(auth::tenant_salt);
+        match Self::try_new(config.clone()) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!("{e}; refusing every request until a reload succeeds");
+                let tenants =
+                    Tenants::without_file(config.api_key.as_deref(), config.api_keys_file.clone());
+                Self::with_tenants(config, tenants)
+            }
+        }
+    }
+
+    /// A server with no model yet whose keys file (if any) has been read.
+    pub fn try_new(config: ServerConfig) -> Result<Self, KeysFileError> {
+        let tenants = Tenants::new(config.api_key.as_deref(), config.api_keys_file.clone())?;
+        Ok(Self::with_tenants(config, tenants))
+    }
+
+    fn with_tenants(mut config: ServerConfig, tenants: Tenants) -> Self {
+        // Only digests of the keys are kept.
+        config.api_key = None;
+        let metrics_key = config.metrics_api_key.take().map(|k| auth::key_digest(&k));
         let created = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
@@ -66,7 +90,8 @@ impl AppState {
             in_flight: AtomicUsize::new(0),
             idle: Notify::new(),
             created,
-            tenant_salt,
+            tenants,
+            metrics_key,
         }))
     }
 
@@ -142,9 +167,19 @@ impl AppState {
         self.0.created
     }
 
-    /// The prefix-cache salt every request carries when `--api-key` is set.
-    pub fn tenant_salt(&self) -> Option<&str> {
-        self.0.tenant_salt.as_deref()
+    /// The API keys and their tenants.
+    pub fn tenants(&self) -> &Tenants {
+        &self.0.tenants
+    }
+
+    /// Re-reads `--api-keys-file` (on SIGHUP); the keys in use stay on error.
+    pub fn reload_tenants(&self) -> Result<Reloaded, KeysFileError> {
+        self.0.tenants.reload()
+    }
+
+    /// The digest of `--metrics-api-key`.
+    pub fn metrics_key_digest(&self) -> Option<&[u8; 16]> {
+        self.0.metrics_key.as_ref()
     }
 
     /// The model, or 503 while it loads.

@@ -92,6 +92,23 @@ impl ValidRequest {
         })
     }
 
+    /// Files every prompt under `tenant` (scheduling and prefix-cache salt).
+    pub fn for_tenant(&mut self, tenant: Tenant, salt: &str) {
+        let requests = std::mem::take(&mut self.requests);
+        self.requests = requests
+            .into_iter()
+            .map(|r| r.for_tenant(tenant, salt))
+            .collect();
+    }
+
+    /// Prompt tokens over every prompt.
+    pub fn prompt_tokens(&self) -> u64 {
+        self.requests
+            .iter()
+            .map(|r| r.get().prompt_token_ids.len() as u64)
+            .sum()
+    }
+
     /// The parameters every prompt shares.
     pub fn params(&self) -> &SamplingParams {
         // `new` refuses a request without prompts.

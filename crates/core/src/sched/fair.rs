@@ -52,6 +52,10 @@ impl FairQueue {
         self.len
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// Queues a sequence: `cost` is the tokens it has to compute when admitted.
     pub fn push(&mut self, seq: SeqId, arrival: u64, fresh: bool, tenant: Tenant, cost: usize) {
         self.len += 1;
