@@ -17,6 +17,11 @@ use clap::{Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Log lines on stderr as `text` or `json` (one object a line, with the request's span
+    /// fields such as `request_id` and `tenant`).
+    #[arg(long, global = true, env = "PAGODA_LOG_FORMAT", default_value = "text",
+          value_parser = ["text", "json"])]
+    log_format: String,
 }
 
 #[derive(Subcommand)]
@@ -38,13 +43,6 @@ fn main() {
     } else {
         "warn,pagoda_model::engine_setup=info,pagoda_server=info,pagoda=info"
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("PAGODA_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter)),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if e.use_stderr() => {
@@ -62,6 +60,19 @@ fn main() {
         }
         Err(e) => e.exit(), // --help, --version
     };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("PAGODA_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if cli.log_format == "json" {
+        logs.json()
+            .with_current_span(true)
+            .with_span_list(false)
+            .init();
+    } else {
+        logs.init();
+    }
     let result = match cli.command {
         Command::Generate(args) => generate::run(args),
         Command::Serve(args) => serve::run(args),

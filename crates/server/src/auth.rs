@@ -82,6 +82,7 @@ pub async fn require_key(State(state): State<AppState>, mut req: Request, next: 
         let Some(tenant) = given.and_then(|k| tenants.resolve(k)) else {
             return refused(&state, given);
         };
+        tracing::Span::current().record("tenant", tenant.name.as_str());
         req.extensions_mut().insert(Caller(tenant));
     }
     next.run(req).await

@@ -11,17 +11,22 @@ mod chat_output;
 mod chat_prompt;
 pub mod config;
 mod constraints;
+mod cors;
 pub mod error;
 mod generation;
 mod http_server;
 mod logprobs;
 pub mod metrics;
 pub mod model_loader;
+pub mod otlp;
+pub mod request_id;
+mod request_trace;
 mod routes;
 pub mod state;
 mod stream;
 pub mod tenants;
 mod tools;
+mod trace_context;
 pub mod valid_request;
 mod validate;
 pub mod validation_error;
@@ -67,7 +72,8 @@ pub fn app(state: AppState) -> Router {
             state.clone(),
             auth::require_key,
         ));
-    Router::new()
+    let cors = cors::layer(&state.config().allowed_origins);
+    let router = Router::new()
         .merge(api)
         .route("/health", get(routes::health::health))
         .route("/ready", get(routes::health::ready))
@@ -82,7 +88,13 @@ pub fn app(state: AppState) -> Router {
         .method_not_allowed_fallback(wrong_method)
         .fallback(no_route)
         .layer(DefaultBodyLimit::max(limit))
-        .with_state(state)
+        .with_state(state);
+    // Outermost: every response, preflight and errors included, carries the request id.
+    let router = match cors {
+        Some(c) => router.layer(c),
+        None => router,
+    };
+    router.layer(middleware::from_fn(request_id::request_id))
 }
 
 async fn no_route(req: Request) -> Response {

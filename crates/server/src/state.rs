@@ -19,6 +19,7 @@ use crate::config::ServerConfig;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::model_loader::{LoadError, LoadOptions, load_engine};
+use crate::otlp::{OtlpError, OtlpExporter};
 use crate::tenants::{KeysFileError, Reloaded, Tenants};
 
 /// The model side of the server, present once loading finished.
@@ -46,6 +47,16 @@ struct Inner {
     created: u64,
     tenants: Tenants,
     metrics_key: Option<[u8; 16]>,
+    otlp: Option<Arc<OtlpExporter>>,
+}
+
+/// A configuration the server cannot start with.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("--api-keys-file: {0}")]
+    Keys(#[from] KeysFileError),
+    #[error("--otlp-traces-endpoint: {0}")]
+    Otlp(#[from] OtlpError),
 }
 
 /// Shared by every handler; cheap to clone.
@@ -64,18 +75,27 @@ impl AppState {
                 tracing::error!("{e}; refusing every request until a reload succeeds");
                 let tenants =
                     Tenants::without_file(config.api_key.as_deref(), config.api_keys_file.clone());
-                Self::with_tenants(config, tenants)
+                Self::with_parts(config, tenants, None)
             }
         }
     }
 
-    /// A server with no model yet whose keys file (if any) has been read.
-    pub fn try_new(config: ServerConfig) -> Result<Self, KeysFileError> {
+    /// A server with no model yet whose keys file (if any) has been read and whose trace
+    /// exporter (if any) runs.
+    pub fn try_new(config: ServerConfig) -> Result<Self, StateError> {
         let tenants = Tenants::new(config.api_key.as_deref(), config.api_keys_file.clone())?;
-        Ok(Self::with_tenants(config, tenants))
+        let otlp = match &config.otlp_traces_endpoint {
+            Some(url) => Some(Arc::new(OtlpExporter::start(url)?)),
+            None => None,
+        };
+        Ok(Self::with_parts(config, tenants, otlp))
     }
 
-    fn with_tenants(mut config: ServerConfig, tenants: Tenants) -> Self {
+    fn with_parts(
+        mut config: ServerConfig,
+        tenants: Tenants,
+        otlp: Option<Arc<OtlpExporter>>,
+    ) -> Self {
         // Only digests of the keys are kept.
         config.api_key = None;
         let metrics_key = config.metrics_api_key.take().map(|k| auth::key_digest(&k));
@@ -92,6 +112,7 @@ impl AppState {
             created,
             tenants,
             metrics_key,
+            otlp,
         }))
     }
 
@@ -175,6 +196,11 @@ impl AppState {
     /// Re-reads `--api-keys-file` (on SIGHUP); the keys in use stay on error.
     pub fn reload_tenants(&self) -> Result<Reloaded, KeysFileError> {
         self.0.tenants.reload()
+    }
+
+    /// The trace exporter of `--otlp-traces-endpoint`.
+    pub fn otlp(&self) -> Option<&Arc<OtlpExporter>> {
+        self.0.otlp.as_ref()
     }
 
     /// The digest of `--metrics-api-key`.

@@ -22,6 +22,9 @@ use crate::auth::Caller;
 use crate::body::{JsonBody, WireRequest};
 use crate::error::ApiError;
 use crate::generation::Generation;
+use crate::otlp::AttrValue;
+use crate::request_id::RequestInfo;
+use crate::request_trace::RequestTrace;
 use crate::state::{AppState, Loaded};
 use crate::stream::{self as sse, ChoiceFormatter};
 use crate::tenants::{OverLimit, TenantState};
@@ -50,10 +53,12 @@ pub trait GenerationEndpoint: Sized + Send + 'static {
 pub async fn generate<E: GenerationEndpoint>(
     State(state): State<AppState>,
     caller: Option<Extension<Caller>>,
+    info: Option<Extension<RequestInfo>>,
     JsonBody(req): JsonBody<E::Wire>,
 ) -> Response {
     let tenant = caller.map(|Extension(Caller(t))| t);
-    match run::<E>(state.clone(), tenant, req).await {
+    let info = info.map(|Extension(i)| i);
+    match run::<E>(state.clone(), tenant, info, req).await {
         Ok(r) => r,
         Err(e) => rejected(&state, e),
     }
@@ -62,6 +67,7 @@ pub async fn generate<E: GenerationEndpoint>(
 async fn run<E: GenerationEndpoint>(
     state: AppState,
     tenant: Option<Arc<TenantState>>,
+    info: Option<RequestInfo>,
     req: E::Wire,
 ) -> Result<Response, ApiError> {
     let in_flight = state.admit()?;
@@ -90,6 +96,7 @@ async fn run<E: GenerationEndpoint>(
         &request,
         Some(state.shared_metrics()),
     )?
+    .traced(trace(&state, info, tenant.as_deref()))
     .count_for(tenant);
     let fmt = prepared.formatter(&state, &request, generation.num_choices());
     let (stream, include_usage) = (request.stream, request.include_usage);
@@ -105,6 +112,32 @@ async fn run<E: GenerationEndpoint>(
         drop(guard);
         Ok(Json(response).into_response())
     }
+}
+
+/// The request's trace, when traces are exported.
+fn trace(
+    state: &AppState,
+    info: Option<RequestInfo>,
+    tenant: Option<&TenantState>,
+) -> Option<RequestTrace> {
+    let (exporter, info) = (state.otlp()?, info?);
+    let mut attributes = vec![
+        ("pagoda.request_id", AttrValue::Str(info.id)),
+        (
+            "gen_ai.request.model",
+            AttrValue::Str(state.config().served_model_name.clone()),
+        ),
+    ];
+    if let Some(t) = tenant {
+        attributes.push(("pagoda.tenant", AttrValue::Str(t.name.clone())));
+    }
+    RequestTrace::begin(
+        Arc::clone(exporter),
+        info.trace,
+        info.route,
+        info.received,
+        attributes,
+    )
 }
 
 /// 429 naming the limit (400 when the request could never pass it).
@@ -153,7 +186,8 @@ pub fn random_id(prefix: &str) -> String {
 pub async fn run_blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {
-    tokio::task::spawn_blocking(f)
+    let span = tracing::Span::current();
+    tokio::task::spawn_blocking(move || span.in_scope(f))
         .await
         .map_err(|e| ApiError::internal(format!("request preparation failed: {e}")))?
 }
