@@ -1,6 +1,7 @@
 //! The `pagoda` command line: parses arguments and dispatches to the library crates. It holds no
 //! engine logic of its own; errors reach the user as one line and a non-zero exit.
 
+mod chat;
 mod engine_args;
 mod generate;
 mod model_path;
@@ -32,12 +33,17 @@ enum Command {
     Bench(pagoda_bench::BenchArgs),
     /// Serve the model over an OpenAI-compatible HTTP API.
     Serve(serve::ServeArgs),
+    /// Chat in the terminal with a local model or a running server (--url).
+    Chat(chat::ChatArgs),
 }
 
 fn main() {
     // `generate` prints its own results; the server's start-up facts (KV sizing, the address
     // served) show by default, the rest only on warnings.
-    let generating = std::env::args().nth(1).as_deref() == Some("generate");
+    let generating = matches!(
+        std::env::args().nth(1).as_deref(),
+        Some("generate" | "chat")
+    );
     let default_filter = if generating {
         "warn"
     } else {
@@ -77,6 +83,7 @@ fn main() {
         Command::Generate(args) => generate::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Bench(args) => pagoda_bench::run(args),
+        Command::Chat(args) => chat::run(args),
     };
     if let Err(e) = result {
         // `{:#}` prints the whole context chain on one line: "loading model: file X: ...".
