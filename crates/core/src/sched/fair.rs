@@ -4,11 +4,15 @@
 //! scheduler every step, running sequences included), divided by its weight; the waiting tenant
 //! served least goes next, FCFS within a tenant.
 //!
-//! A tenant that starts waiting joins one request ahead of the least-served waiting tenant (or
-//! at the floor, when nobody waits) unless its own count is higher: as in DRR, where an emptied
-//! queue's deficit resets and a flow that becomes active gets a quantum at its turn, idling
-//! banks no credit, a tenant under its share is served next, and capacity used while nobody
-//! else waited is not held against it.
+//! A tenant that starts waiting joins at most two step budgets behind the least-served waiting
+//! tenant (at the floor when nobody waits), or at its own count if that is higher: as in DRR,
+//! where an emptied queue's deficit resets, idling banks only a bounded credit, and capacity
+//! used while nobody else waited is not held against it.
+//!
+//! A step admits only from tenants within one step budget of the least served: when a tenant
+//! under its share is waiting, a tenant far over it gets no new prompts into that step, so the
+//! step that computes the newcomer's prompt is not made long by the flood's (work conservation
+//! yields for one step; the flood's running sequences keep decoding).
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -38,16 +42,29 @@ impl TenantQueue {
 }
 
 /// Waiting sequences grouped by tenant; preempted ones first, by arrival.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct FairQueue {
     tenants: BTreeMap<u32, TenantQueue>,
     preempted: VecDeque<(u64, SeqId)>,
     /// Monotone: where a tenant joins when nobody else is waiting.
     floor: u128,
     len: usize,
+    /// One step's token budget, in counts.
+    step: u128,
 }
 
 impl FairQueue {
+    /// A queue for steps of `step_tokens` tokens (`max_num_batched_tokens`).
+    pub fn new(step_tokens: usize) -> Self {
+        Self {
+            tenants: BTreeMap::new(),
+            preempted: VecDeque::new(),
+            floor: 0,
+            len: 0,
+            step: step_tokens.max(1) as u128 * SCALE,
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.len
     }
@@ -65,12 +82,11 @@ impl FairQueue {
             return;
         }
         let others = self.min_waiting(Some(tenant.id));
-        let floor = self.floor;
+        let (floor, credit) = (self.floor, 2 * self.step);
         let q = self.entry(tenant);
         if q.seqs.is_empty() {
-            let quantum = q.weighted(cost);
             q.served = match others {
-                Some(least) => q.served.max(least.saturating_sub(quantum)),
+                Some(least) => q.served.max(least.saturating_sub(credit)),
                 None => floor,
             };
         }
@@ -101,15 +117,18 @@ impl FairQueue {
         false
     }
 
-    /// The admission order: preempted sequences, then one fresh sequence at a time from the
-    /// least-served tenant, each pick counted as if admitted (ties: the lower tenant id).
+    /// This step's admission order: preempted sequences, then one fresh sequence at a time from
+    /// the least-served eligible tenant, each pick counted as if admitted (ties: the lower
+    /// tenant id). Tenants more than a step budget above the least served wait for a later step.
     pub fn order(&self) -> Vec<SeqId> {
         let mut out: Vec<SeqId> = self.preempted.iter().map(|(_, s)| *s).collect();
-        out.reserve(self.len - self.preempted.len());
+        let Some(least) = self.min_waiting(None) else {
+            return out;
+        };
         let mut heads: Vec<(u128, u32, &TenantQueue, usize)> = self
             .tenants
             .iter()
-            .filter(|(_, q)| !q.seqs.is_empty())
+            .filter(|(_, q)| !q.seqs.is_empty() && q.served <= least + self.step)
             .map(|(id, q)| (q.served, *id, q, 0))
             .collect();
         while let Some(i) = (0..heads.len()).min_by_key(|&i| (heads[i].0, heads[i].1)) {
@@ -161,38 +180,41 @@ mod tests {
 
     #[test]
     fn a_flood_does_not_bury_a_later_tenant() {
-        let mut q = FairQueue::default();
+        let mut q = FairQueue::new(64);
         for i in 0..5 {
             q.push(i, i, true, t(1, 1), 10);
         }
         q.charge(t(1, 1), 50); // its running sequences computed 50 tokens
         q.push(100, 100, true, t(2, 1), 10);
-        // Tenant 2 joins one request ahead of tenant 1; from then on they alternate.
+        // Tenant 2 joins under tenant 1 (which has computed 50 tokens) and goes first.
         assert_eq!(q.order(), vec![100, 0, 1, 2, 3, 4]);
         q.push(101, 101, true, t(2, 1), 10);
-        assert_eq!(q.order(), vec![100, 0, 101, 1, 2, 3, 4]);
-        // Tenant 1's sequences computed 100 tokens: tenant 2 is far under its share.
-        q.charge(t(1, 1), 100);
         assert_eq!(q.order(), vec![100, 101, 0, 1, 2, 3, 4]);
+        // Tenant 1 is now more than a step (64 tokens) over tenant 2: it waits a step.
+        q.charge(t(1, 1), 100);
+        assert_eq!(q.order(), vec![100, 101]);
     }
 
     #[test]
     fn weights_split_tokens_and_charges_reorder() {
-        let mut q = FairQueue::default();
+        let mut q = FairQueue::new(64);
         for i in 0..4 {
             q.push(i, i, true, t(1, 1), 12);
             q.push(10 + i, 10 + i, true, t(2, 3), 12);
         }
         // Weight 3 takes three requests for each of weight 1's.
         assert_eq!(q.order(), vec![0, 10, 11, 12, 1, 13, 2, 3]);
-        // Tenant 2's running sequences computed 300 tokens: tenant 1 goes first for a while.
-        q.charge(t(2, 3), 300);
+        // Tenant 2's running sequences computed 150 tokens (50 weighted): tenant 1 goes first.
+        q.charge(t(2, 3), 150);
         assert_eq!(q.order(), vec![0, 1, 2, 3, 10, 11, 12, 13]);
+        // At 300 (100 weighted, over a step above tenant 1), tenant 2 sits this step out.
+        q.charge(t(2, 3), 150);
+        assert_eq!(q.order(), vec![0, 1, 2, 3]);
     }
 
     #[test]
     fn preempted_first_and_idle_banks_no_credit() {
-        let mut q = FairQueue::default();
+        let mut q = FairQueue::new(64);
         q.charge(t(1, 1), 1000); // served while nobody waited
         q.push(1, 1, true, t(1, 1), 10);
         q.push(2, 2, true, t(2, 1), 10);

@@ -30,9 +30,10 @@ pub enum WaitingQueue {
 }
 
 impl WaitingQueue {
-    pub fn new(policy: SchedulingPolicy) -> Self {
+    /// A queue for `policy` whose steps compute at most `step_tokens` tokens.
+    pub fn new(policy: SchedulingPolicy, step_tokens: usize) -> Self {
         match policy {
-            SchedulingPolicy::Fair => Self::Fair(FairQueue::default()),
+            SchedulingPolicy::Fair => Self::Fair(FairQueue::new(step_tokens)),
             p => Self::Sorted {
                 items: VecDeque::new(),
                 by_priority: p == SchedulingPolicy::Priority,
@@ -109,7 +110,7 @@ mod tests {
 
     #[test]
     fn fcfs_ignores_priority_and_preempted_go_first() {
-        let mut q = WaitingQueue::new(SchedulingPolicy::Fcfs);
+        let mut q = WaitingQueue::new(SchedulingPolicy::Fcfs, 64);
         let t = Tenant::default();
         q.push(1, key(true, 5, 1), t, 1);
         q.push(2, key(true, -5, 2), t, 1);
@@ -119,7 +120,7 @@ mod tests {
 
     #[test]
     fn priority_orders_then_arrival() {
-        let mut q = WaitingQueue::new(SchedulingPolicy::Priority);
+        let mut q = WaitingQueue::new(SchedulingPolicy::Priority, 64);
         let t = Tenant::default();
         q.push(1, key(true, 5, 1), t, 1);
         q.push(2, key(true, -5, 2), t, 1);

@@ -53,7 +53,7 @@ pub struct Scheduler {
 
 impl Scheduler {
     pub fn new(config: SchedulerConfig, kv: KvCacheManager, eog_ids: Vec<u32>) -> Self {
-        let waiting = WaitingQueue::new(config.policy);
+        let waiting = WaitingQueue::new(config.policy, config.max_num_batched_tokens);
         Self {
             config,
             kv,
