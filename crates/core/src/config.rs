@@ -18,8 +18,46 @@ pub struct SchedulerConfig {
     pub max_waiting_requests: usize,
     /// Longest sequence (prompt + generated) the model takes.
     pub max_model_len: usize,
-    /// Order the waiting queue by `priority` (then arrival) instead of arrival alone.
-    pub priority_scheduling: bool,
+    /// The order in which waiting requests are admitted.
+    pub policy: SchedulingPolicy,
+}
+
+/// How the waiting queue is ordered (running sequences always go first).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SchedulingPolicy {
+    /// First come, first served.
+    #[default]
+    Fcfs,
+    /// By the request's `priority` (lower first), then arrival.
+    Priority,
+    /// Deficit round robin over tenants in tokens computed (prompt + generated), weighted by
+    /// each tenant's weight; FCFS within a tenant.
+    Fair,
+}
+
+impl SchedulingPolicy {
+    /// The command-line spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Fcfs => "fcfs",
+            Self::Priority => "priority",
+            Self::Fair => "fair",
+        }
+    }
+}
+
+impl std::str::FromStr for SchedulingPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "fcfs" => Ok(Self::Fcfs),
+            "priority" => Ok(Self::Priority),
+            "fair" => Ok(Self::Fair),
+            _ => Err(format!(
+                "unknown scheduling policy `{s}` (expected fcfs, priority or fair)"
+            )),
+        }
+    }
 }
 
 impl Default for SchedulerConfig {
@@ -31,7 +69,7 @@ impl Default for SchedulerConfig {
             long_prefill_token_threshold: 256,
             max_waiting_requests: 1024,
             max_model_len: 8192,
-            priority_scheduling: false,
+            policy: SchedulingPolicy::Fcfs,
         }
     }
 }

@@ -17,6 +17,7 @@ use crate::request::{FinishReason, Request, SeqId};
 use crate::sampling_params::SamplingParams;
 use crate::sched::{Scheduler, SchedulerOutput, SeqResult};
 use crate::spec::{SpecConfig, SpecCounters};
+use crate::tenant::Tenant;
 use crate::validation::{CheckedRequest, RequestLimits, ValidationError};
 
 /// The client's id for a request (all its sequences share it).
@@ -87,6 +88,8 @@ pub struct EngineRequest {
     pub params: SamplingParams,
     /// Lower runs first when priority scheduling is on.
     pub priority: i32,
+    /// Whose request this is, for `SchedulingPolicy::Fair`.
+    pub tenant: Tenant,
     pub extra_keys: ExtraKeys,
 }
 
@@ -299,7 +302,7 @@ impl<E: ModelExecutor> EngineCore<E> {
         for index in 0..n {
             let seq = self.next_seq;
             self.next_seq += 1;
-            let r = Request::new(
+            let mut r = Request::new(
                 seq,
                 req.prompt_token_ids.clone(),
                 req.params.clone(),
@@ -309,6 +312,7 @@ impl<E: ModelExecutor> EngineCore<E> {
                 &req.extra_keys,
                 block_size,
             );
+            r.tenant = req.tenant;
             self.scheduler.add_request(r);
             self.seqs.insert(
                 seq,

@@ -13,10 +13,11 @@ pub mod request;
 pub mod sampling_params;
 pub mod sched;
 pub mod spec;
+pub mod tenant;
 pub mod validation;
 
 pub use admission::{Admission, QueueSlots};
-pub use config::{CacheConfig, ConfigError, SchedulerConfig};
+pub use config::{CacheConfig, ConfigError, SchedulerConfig, SchedulingPolicy};
 pub use constraint::{ConstraintError, ConstraintRef, ConstraintState, TokenConstraint};
 pub use engine_core::{
     AddRequestError, Calibration, DraftWork, EngineCore, EngineOutput, EngineRequest, EngineStats,
@@ -27,4 +28,5 @@ pub use request::{FinishReason, Request, RequestStatus, SeqId};
 pub use sampling_params::{SamplingParams, SamplingParamsError};
 pub use sched::{ScheduledSeq, SchedulerOutput};
 pub use spec::{NumSpecTokens, SpecConfig, SpecCounters, SpecMethod};
+pub use tenant::Tenant;
 pub use validation::{CheckedRequest, RequestLimits, ValidationError};

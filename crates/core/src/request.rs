@@ -7,6 +7,7 @@ use std::time::Instant;
 use crate::kv::block_hash::{BlockHash, ExtraKeys, extend_block_hashes};
 use crate::sampling_params::SamplingParams;
 use crate::spec::Acceptance;
+use crate::tenant::Tenant;
 
 /// The engine's key for one sequence (one choice of a request: `n > 1` makes n of them).
 pub type SeqId = u64;
@@ -60,6 +61,8 @@ pub struct Request {
     pub seed: u64,
     /// Lower runs first; ties by arrival.
     pub priority: i32,
+    /// Whose request this is, for the fair order (set by the engine after `new`).
+    pub tenant: Tenant,
     /// Admission order (monotonic), for FCFS and for picking the latest-arrived victim.
     pub arrival_seq: u64,
     pub arrival: Instant,
@@ -100,6 +103,7 @@ impl Request {
             params,
             seed,
             priority,
+            tenant: Tenant::default(),
             arrival_seq,
             arrival: Instant::now(),
             status: RequestStatus::Waiting,

@@ -28,6 +28,19 @@ impl CheckedRequest {
         self.0
     }
 
+    /// Files the request under `tenant`: scheduled as its, and its prefix-cache salt prefixed
+    /// by `salt` so no other tenant's request can share (or probe) its cached blocks. Neither
+    /// touches what `check` checked.
+    pub fn for_tenant(mut self, tenant: crate::tenant::Tenant, salt: &str) -> Self {
+        self.0.tenant = tenant;
+        let keys = &mut self.0.extra_keys;
+        keys.cache_salt = Some(match keys.cache_salt.take() {
+            Some(own) => format!("{salt}/{own}"),
+            None => salt.to_owned(),
+        });
+        self
+    }
+
     /// The engine's id for it (assigned by whoever submits it).
     pub(crate) fn set_id(&mut self, id: crate::engine_core::RequestId) {
         self.0.id = id;
@@ -159,6 +172,7 @@ mod tests {
             prompt_token_ids: prompt,
             params: SamplingParams::greedy(max_tokens),
             priority: 0,
+            tenant: Default::default(),
             extra_keys: Default::default(),
         }
     }

@@ -10,7 +10,9 @@ mod common;
 use std::collections::HashMap;
 
 use common::*;
-use pagoda_core::{FinishReason, NumSpecTokens, SchedulerConfig, SpecConfig, SpecMethod};
+use pagoda_core::{
+    FinishReason, NumSpecTokens, SchedulerConfig, SchedulingPolicy, SpecConfig, SpecMethod, Tenant,
+};
 use proptest::prelude::*;
 
 #[derive(Clone, Debug)]
@@ -57,7 +59,7 @@ proptest! {
     fn no_leaks_no_double_frees_and_right_tokens(
         ops in prop::collection::vec(op(), 1..60),
         caching in any::<bool>(),
-        priority in any::<bool>(),
+        policy in 0u8..3,
         max_batched in 4usize..40,
         threshold in 0usize..8,
         spec_k in 0usize..5,
@@ -68,7 +70,8 @@ proptest! {
             long_prefill_token_threshold: threshold,
             max_num_seqs: 4,
             max_model_len: 48,
-            priority_scheduling: priority,
+            policy: [SchedulingPolicy::Fcfs, SchedulingPolicy::Priority, SchedulingPolicy::Fair]
+                [usize::from(policy)],
             ..Default::default()
         };
         let mut core = engine(12, 4, config, caching);
@@ -103,6 +106,7 @@ proptest! {
                     let mut r = request(next_id, prompt.clone(), max_tokens);
                     r.params.n = n;
                     r.priority = priority;
+                    r.tenant = Tenant { id: (next_id % 3) as u32, weight: 1 + (next_id % 2) as u32 };
                     core.add_request(r).unwrap();
                     prompts.insert(next_id, (prompt, max_tokens, n));
                     live.push(next_id);

@@ -7,8 +7,8 @@ mod common;
 
 use common::*;
 use pagoda_core::{
-    AddRequestError, FinishReason, NumSpecTokens, SchedulerConfig, SpecConfig, SpecMethod,
-    ValidationError,
+    AddRequestError, FinishReason, NumSpecTokens, SchedulerConfig, SchedulingPolicy, SpecConfig,
+    SpecMethod, ValidationError,
 };
 
 fn sched(max_batched: usize, threshold: usize) -> SchedulerConfig {
@@ -134,7 +134,7 @@ fn latest_arrival_is_preempted_and_recomputed() {
 #[test]
 fn lowest_priority_is_preempted_first() {
     let mut config = sched(64, 0);
-    config.priority_scheduling = true;
+    config.policy = SchedulingPolicy::Priority;
     let mut core = engine(4, 4, config, false);
     let mut hi = request(1, (0..6).collect(), 8);
     hi.priority = -1;

@@ -82,6 +82,7 @@ fn main() {
                 ..SamplingParams::greedy(GENERATE)
             },
             priority: 0,
+            tenant: Default::default(),
             extra_keys: Default::default(),
         })
         .unwrap();

@@ -57,6 +57,7 @@ fn request(id: u64, prompt: Vec<u32>, max_tokens: u32) -> EngineRequest {
             ..SamplingParams::greedy(max_tokens)
         },
         priority: 0,
+        tenant: Default::default(),
         extra_keys: Default::default(),
     }
 }

@@ -87,6 +87,7 @@ fn main() {
             prompt_token_ids: prompt(i),
             params,
             priority: 0,
+            tenant: Default::default(),
             extra_keys: Default::default(),
         };
         let sampled = |i: usize| SamplingParams {

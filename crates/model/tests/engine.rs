@@ -61,6 +61,7 @@ fn req(id: u64, prompt: &[u32], params: SamplingParams) -> EngineRequest {
         prompt_token_ids: prompt.to_vec(),
         params,
         priority: 0,
+        tenant: Default::default(),
         extra_keys: Default::default(),
     }
 }

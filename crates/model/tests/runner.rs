@@ -105,6 +105,7 @@ fn stop_ids_seeds_and_n() {
         prompt_token_ids: prompt.clone(),
         params: SamplingParams { n: 3, ..random },
         priority: 0,
+        tenant: Default::default(),
         extra_keys: Default::default(),
     })
     .unwrap();
@@ -131,6 +132,7 @@ fn bad_requests_are_refused() {
         prompt_token_ids: prompt,
         params: SamplingParams::greedy(max_tokens),
         priority: 0,
+        tenant: Default::default(),
         extra_keys: Default::default(),
     };
     assert_eq!(

@@ -99,6 +99,7 @@ fn run(
             params,
             priority: 0,
             extra_keys: Default::default(),
+            tenant: Default::default(),
         })
         .unwrap();
     }

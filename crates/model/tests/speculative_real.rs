@@ -98,6 +98,7 @@ fn run(spec: Option<SpecConfig>, tok: &Arc<Tokenizer>) -> (Outputs, Option<SpecC
             params,
             priority: 0,
             extra_keys: Default::default(),
+            tenant: Default::default(),
         })
         .unwrap();
     }

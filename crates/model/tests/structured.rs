@@ -88,6 +88,7 @@ fn run(core: &mut EngineCore<ModelRunner>, reqs: &[(Vec<u32>, SamplingParams)]) 
             prompt_token_ids: prompt.clone(),
             params: params.clone(),
             priority: 0,
+            tenant: Default::default(),
             extra_keys: Default::default(),
         })
         .unwrap();

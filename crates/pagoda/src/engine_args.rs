@@ -4,8 +4,8 @@
 
 use anyhow::{Context, bail};
 use clap::Args;
-use pagoda_core::SchedulerConfig;
 use pagoda_core::config::parse_size;
+use pagoda_core::{SchedulerConfig, SchedulingPolicy};
 use pagoda_model::EngineSetup;
 
 use crate::speculative_args::SpeculativeArgs;
@@ -46,8 +46,17 @@ pub struct EngineArgs {
     /// Longest sequence (prompt + generated) [default: the model's context, capped to the KV cache].
     #[arg(long, env = "PAGODA_MAX_MODEL_LEN")]
     pub max_model_len: Option<usize>,
-    /// Schedule waiting requests by their `priority` (lower first) instead of arrival order.
-    #[arg(long, env = "PAGODA_PRIORITY_SCHEDULING")]
+    /// Order of waiting requests: `fcfs` (arrival), `priority` (the request's `priority`, lower
+    /// first, then arrival) or `fair` (deficit round robin over tenants in tokens, weighted by
+    /// each tenant's `priority` in --api-keys-file).
+    #[arg(long, env = "PAGODA_SCHEDULING_POLICY", default_value = "fcfs")]
+    pub scheduling_policy: SchedulingPolicy,
+    /// Same as --scheduling-policy priority.
+    #[arg(
+        long,
+        env = "PAGODA_PRIORITY_SCHEDULING",
+        conflicts_with = "scheduling_policy"
+    )]
     pub priority_scheduling: bool,
     /// Compute threads [default: all cores].
     #[arg(long, env = "PAGODA_THREADS")]
@@ -88,7 +97,11 @@ impl EngineArgs {
                 long_prefill_token_threshold: self.long_prefill_token_threshold,
                 max_waiting_requests: self.max_waiting_requests,
                 max_model_len: 0, // set from the model by build_engine
-                priority_scheduling: self.priority_scheduling,
+                policy: if self.priority_scheduling {
+                    SchedulingPolicy::Priority
+                } else {
+                    self.scheduling_policy
+                },
             },
             kv_cache_memory,
             block_size: self.block_size,

@@ -1,6 +1,7 @@
 //! The `pagoda` command line: parses arguments and dispatches to the library crates. It holds no
 //! engine logic of its own; errors reach the user as one line and a non-zero exit.
 
+mod chat;
 mod engine_args;
 mod generate;
 mod model_path;
@@ -18,6 +19,11 @@ use clap::{Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Log lines on stderr as `text` or `json` (one object a line, with the request's span
+    /// fields such as `request_id` and `tenant`).
+    #[arg(long, global = true, env = "PAGODA_LOG_FORMAT", default_value = "text",
+          value_parser = ["text", "json"])]
+    log_format: String,
 }
 
 #[derive(Subcommand)]
@@ -28,24 +34,22 @@ enum Command {
     Bench(pagoda_bench::BenchArgs),
     /// Serve the model over an OpenAI-compatible HTTP API.
     Serve(serve::ServeArgs),
+    /// Chat in the terminal with a local model or a running server (--url).
+    Chat(chat::ChatArgs),
 }
 
 fn main() {
     // `generate` prints its own results; the server's start-up facts (KV sizing, the address
     // served) show by default, the rest only on warnings.
-    let generating = std::env::args().nth(1).as_deref() == Some("generate");
+    let generating = matches!(
+        std::env::args().nth(1).as_deref(),
+        Some("generate" | "chat")
+    );
     let default_filter = if generating {
         "warn"
     } else {
         "warn,pagoda_model::engine_setup=info,pagoda_server=info,pagoda=info"
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("PAGODA_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter)),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if e.use_stderr() => {
@@ -63,10 +67,24 @@ fn main() {
         }
         Err(e) => e.exit(), // --help, --version
     };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("PAGODA_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if cli.log_format == "json" {
+        logs.json()
+            .with_current_span(true)
+            .with_span_list(false)
+            .init();
+    } else {
+        logs.init();
+    }
     let result = match cli.command {
         Command::Generate(args) => generate::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Bench(args) => pagoda_bench::run(args),
+        Command::Chat(args) => chat::run(args),
     };
     if let Err(e) = result {
         // `{:#}` prints the whole context chain on one line: "loading model: file X: ...".

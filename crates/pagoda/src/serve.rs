@@ -32,6 +32,23 @@ pub struct ServeArgs {
     /// derived from the key.
     #[arg(long, env = "PAGODA_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
+    /// API keys of several tenants, each with optional limits and a fair-share weight: a JSON
+    /// file `{"keys": [{"key", "tenant", "max_requests_per_minute", "max_tokens_per_minute",
+    /// "max_concurrent_requests", "priority"}]}`. Re-read on SIGHUP.
+    #[arg(long, env = "PAGODA_API_KEYS_FILE")]
+    api_keys_file: Option<PathBuf>,
+    /// Require `Authorization: Bearer <KEY>` on `/metrics`.
+    #[arg(long, env = "PAGODA_METRICS_API_KEY", hide_env_values = true)]
+    metrics_api_key: Option<String>,
+    /// Origins allowed to call the API from a browser, comma-separated (`*`: any); preflight
+    /// `OPTIONS` requests are answered. Off by default.
+    #[arg(long, env = "PAGODA_ALLOWED_ORIGINS", value_delimiter = ',')]
+    allowed_origins: Vec<String>,
+    /// Export OpenTelemetry traces over OTLP/HTTP (JSON) to this URL, e.g.
+    /// http://localhost:4318/v1/traces: a span per generation request with its queue, prefill
+    /// and decode phases, joined to the caller's trace by a W3C `traceparent` header.
+    #[arg(long, env = "PAGODA_OTLP_TRACES_ENDPOINT")]
+    otlp_traces_endpoint: Option<String>,
     /// Largest request body in bytes; larger ones get 413.
     #[arg(long, env = "PAGODA_MAX_REQUEST_BYTES", default_value_t = 8 * 1024 * 1024)]
     max_request_bytes: usize,
@@ -76,6 +93,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let config = ServerConfig {
         served_model_name,
         api_key: args.api_key.filter(|k| !k.is_empty()),
+        api_keys_file: args.api_keys_file,
+        metrics_api_key: args.metrics_api_key.filter(|k| !k.is_empty()),
+        allowed_origins: args.allowed_origins,
+        otlp_traces_endpoint: args.otlp_traces_endpoint,
         max_request_bytes: args.max_request_bytes,
         shutdown_timeout: Duration::from_secs_f64(args.shutdown_timeout),
         request_header_timeout,
@@ -94,7 +115,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         let listener = tokio::net::TcpListener::bind(&addr)
             .await
             .with_context(|| format!("cannot listen on {addr}"))?;
-        let state = AppState::new(config);
+        let state = AppState::try_new(config)?;
         let server = tokio::spawn(pagoda_server::serve(
             listener,
             state.clone(),

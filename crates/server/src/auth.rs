@@ -1,10 +1,12 @@
-//! API-key check for `--api-key`: the bearer token is compared in constant time, and the
-//! tenant's prefix-cache salt is derived from the key so one tenant can never name (and so
-//! probe) another tenant's cached blocks.
+//! API-key checks: the bearer token names its tenant (`--api-key`, `--api-keys-file`; see
+//! `tenants`), compared in constant time, and the tenant rides along as a request extension;
+//! `/metrics` may need its own key. A tenant's prefix-cache salt is derived from its key (or
+//! name) so one tenant can never name (and so probe) another tenant's cached blocks.
 
 use std::hash::{BuildHasher, Hasher};
 
 use axum::extract::{Request, State};
+use axum::http::HeaderMap;
 use axum::http::header::AUTHORIZATION;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -23,39 +25,80 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     diff == 0
 }
 
+/// A fixed 128-bit digest of `key` (SipHash under fixed seeds): what the salt and the
+/// `/metrics` key check keep instead of the key.
+pub fn key_digest(key: &str) -> [u8; 16] {
+    let state =
+        std::hash::BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default();
+    let mut out = [0u8; 16];
+    for (seed, half) in [&b"pagoda-tenant-1"[..], b"pagoda-tenant-2"]
+        .iter()
+        .zip(out.chunks_mut(8))
+    {
+        let mut h = state.build_hasher();
+        h.write(seed);
+        h.write(key.as_bytes());
+        half.copy_from_slice(&h.finish().to_be_bytes());
+    }
+    out
+}
+
 /// The prefix-cache salt of the tenant holding `key`: a keyed digest, so the key itself never
 /// travels with requests into the engine.
 pub fn tenant_salt(key: &str) -> String {
-    // SipHash with a fixed seed; the salt only has to differ between keys and stay private.
-    let state =
-        std::hash::BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default();
-    let mut h1 = state.build_hasher();
-    h1.write(b"pagoda-tenant-1");
-    h1.write(key.as_bytes());
-    let mut h2 = state.build_hasher();
-    h2.write(b"pagoda-tenant-2");
-    h2.write(key.as_bytes());
-    format!("tenant:{:016x}{:016x}", h1.finish(), h2.finish())
+    let hex: String = key_digest(key).iter().map(|b| format!("{b:02x}")).collect();
+    format!("tenant:{hex}")
 }
 
-/// Middleware: with an API key configured, requires `Authorization: Bearer <key>`.
-pub async fn require_key(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    if let Some(expected) = state.config().api_key.as_deref() {
-        let given = req
-            .headers()
-            .get(AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim);
-        let ok = given.is_some_and(|g| constant_time_eq(g.as_bytes(), expected.as_bytes()));
+/// The tenant a request was authenticated as (absent when no keys are configured).
+#[derive(Clone)]
+pub struct Caller(pub std::sync::Arc<crate::tenants::TenantState>);
+
+/// The key a request presents: `Authorization: Bearer <key>`.
+fn presented_key(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+}
+
+fn refused(state: &AppState, given: Option<&str>) -> Response {
+    state.metrics().count_rejected("unauthorized");
+    let msg = if given.is_none() {
+        "missing API key: send `Authorization: Bearer <key>`"
+    } else {
+        "incorrect API key"
+    };
+    ApiError::unauthorized(msg).into_response()
+}
+
+/// Middleware: with keys configured, requires a known key and files the request under its
+/// tenant (the `Caller` extension).
+pub async fn require_key(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+    let tenants = state.tenants();
+    if tenants.required() {
+        let given = presented_key(req.headers());
+        let Some(tenant) = given.and_then(|k| tenants.resolve(k)) else {
+            return refused(&state, given);
+        };
+        tracing::Span::current().record("tenant", tenant.name.as_str());
+        req.extensions_mut().insert(Caller(tenant));
+    }
+    next.run(req).await
+}
+
+/// Middleware of `/metrics`: with `--metrics-api-key`, requires that key.
+pub async fn require_metrics_key(
+    State(state): State<AppState>,
+    req: Request,
+    next: Next,
+) -> Response {
+    if let Some(expected) = state.metrics_key_digest() {
+        let given = presented_key(req.headers());
+        let ok = given.is_some_and(|g| constant_time_eq(&key_digest(g), expected));
         if !ok {
-            state.metrics().count_rejected("unauthorized");
-            let msg = if given.is_none() {
-                "missing API key: send `Authorization: Bearer <key>`"
-            } else {
-                "incorrect API key"
-            };
-            return ApiError::unauthorized(msg).into_response();
+            return refused(&state, given);
         }
     }
     next.run(req).await

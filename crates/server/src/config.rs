@@ -14,6 +14,16 @@ pub struct ServerConfig {
     /// When set, every `/v1/*`, `/tokenize` and `/detokenize` request needs
     /// `Authorization: Bearer <key>`; the prefix-cache salt is then derived from the key.
     pub api_key: Option<String>,
+    /// API keys of several tenants, each with its limits (`tenants::keys_file`); reloaded on
+    /// SIGHUP. Combines with `api_key` (tenant `default`).
+    pub api_keys_file: Option<std::path::PathBuf>,
+    /// When set, `/metrics` needs `Authorization: Bearer <key>` with this key.
+    pub metrics_api_key: Option<String>,
+    /// Origins browsers may call the API from (`*`: any); empty turns CORS off.
+    pub allowed_origins: Vec<String>,
+    /// OTLP/HTTP traces endpoint (`http://host:4318/v1/traces`): a span per generation request
+    /// with its queue, prefill and decode phases.
+    pub otlp_traces_endpoint: Option<String>,
     /// Bodies over this many bytes are answered 413.
     pub max_request_bytes: usize,
     /// On shutdown, in-flight requests get this long to finish before they are cut off.
@@ -38,6 +48,10 @@ impl Default for ServerConfig {
         Self {
             served_model_name: "pagoda".to_owned(),
             api_key: None,
+            api_keys_file: None,
+            metrics_api_key: None,
+            allowed_origins: Vec::new(),
+            otlp_traces_endpoint: None,
             max_request_bytes: 8 * 1024 * 1024,
             shutdown_timeout: Duration::from_secs(30),
             request_header_timeout: Duration::from_secs(10),

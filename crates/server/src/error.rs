@@ -13,11 +13,17 @@ use pagoda_protocol::ErrorResponse;
 pub struct ApiError {
     pub status: StatusCode,
     pub body: ErrorResponse,
+    /// Seconds for the `Retry-After` header (a tenant over one of its limits).
+    pub retry_after: Option<u64>,
 }
 
 impl ApiError {
     pub fn new(status: StatusCode, body: ErrorResponse) -> Self {
-        Self { status, body }
+        Self {
+            status,
+            body,
+            retry_after: None,
+        }
     }
 
     /// 404: the request names a model this server does not serve.
@@ -74,6 +80,17 @@ impl ApiError {
         )
     }
 
+    /// 429: a tenant is over one of its limits; `retry_after` seconds until it is not.
+    pub fn rate_limited(message: impl Into<String>, retry_after: u64) -> Self {
+        Self {
+            retry_after: Some(retry_after),
+            ..Self::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                ErrorResponse::overloaded(message),
+            )
+        }
+    }
+
     /// 503: the model is still loading, or the server is draining before exit.
     pub fn unavailable(message: impl Into<String>) -> Self {
         Self::new(
@@ -92,6 +109,11 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(self.body)).into_response()
+        let mut res = (self.status, Json(self.body)).into_response();
+        if let Some(secs) = self.retry_after {
+            res.headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, secs.into());
+        }
+        res
     }
 }

@@ -14,6 +14,8 @@ use pagoda_protocol::{FinishReason as WireFinish, PromptTokensDetails, StopReaso
 
 use crate::error::ApiError;
 use crate::metrics::Metrics;
+use crate::request_trace::{RequestTrace, Timeline};
+use crate::tenants::TenantState;
 use crate::valid_request::ValidRequest;
 use crate::validation_error::{ValidationError, admission_error};
 
@@ -56,6 +58,11 @@ struct Choice {
 /// A running request: one engine stream per prompt, text state per choice.
 pub struct Generation {
     metrics: Option<Arc<Metrics>>,
+    /// The tenant whose token counts (and `max_tokens_per_minute`) the output goes to.
+    tenant: Option<Arc<TenantState>>,
+    trace: Option<RequestTrace>,
+    /// Arrival and first step of the first prompt, for the trace.
+    arrival: Option<(Instant, Option<Instant>)>,
     /// One per prompt; `None` once it ended.
     streams: Vec<Option<RequestStream>>,
     choices: Vec<Choice>,
@@ -107,6 +114,9 @@ impl Generation {
         })?;
         Ok(Self {
             metrics,
+            tenant: None,
+            trace: None,
+            arrival: None,
             streams: streams.into_iter().map(Some).collect(),
             choices,
             prompt_lens: (0..req.num_prompts())
@@ -116,6 +126,31 @@ impl Generation {
             stop_token_ids: req.params().stop_token_ids.clone(),
             n,
         })
+    }
+
+    /// Counts every generated token to `tenant`.
+    pub fn count_for(mut self, tenant: Option<Arc<TenantState>>) -> Self {
+        self.tenant = tenant;
+        self
+    }
+
+    /// Exports the request's spans when the generation ends.
+    pub fn traced(mut self, trace: Option<RequestTrace>) -> Self {
+        self.trace = trace;
+        self
+    }
+
+    /// When each phase happened, over every choice.
+    fn timeline(&self) -> Timeline {
+        let usage = self.usage();
+        Timeline {
+            arrival: self.arrival.map(|a| a.0),
+            first_scheduled: self.arrival.and_then(|a| a.1),
+            first_token: self.choices.iter().filter_map(|c| c.first_token_at).min(),
+            last_token: self.choices.iter().filter_map(|c| c.last_output_at).max(),
+            prompt_tokens: u64::from(usage.prompt_tokens),
+            completion_tokens: u64::from(usage.completion_tokens),
+        }
     }
 
     /// The next update of any choice; `None` when every choice has finished.
@@ -173,6 +208,8 @@ impl Generation {
 
     fn apply(&mut self, prompt: usize, index: usize, mut out: EngineOutput) -> ChoiceUpdate {
         let metrics = self.metrics.as_deref();
+        self.arrival
+            .get_or_insert((out.timing.arrival, out.timing.first_scheduled));
         let choice = &mut self.choices[index];
         choice.cached_tokens = out.num_cached_tokens;
         let mut update = ChoiceUpdate {
@@ -195,6 +232,9 @@ impl Generation {
             }
         }
         choice.generated += update.token_ids.len() as u32;
+        if let Some(t) = &self.tenant {
+            t.add_generated(update.token_ids.len() as u64);
+        }
         let now = out.timing.at;
         if !update.token_ids.is_empty() {
             match (choice.first_token_at, choice.last_output_at, metrics) {
@@ -304,6 +344,9 @@ impl Generation {
 impl Drop for Generation {
     /// Choices still running when the request goes away (client gone, error) count as aborted.
     fn drop(&mut self) {
+        if let Some(t) = self.trace.take() {
+            t.finish(&self.timeline());
+        }
         if let Some(m) = &self.metrics {
             for _ in self.choices.iter().filter(|c| !c.finished) {
                 m.count_finished("abort");

@@ -11,17 +11,23 @@ mod chat_output;
 mod chat_prompt;
 pub mod config;
 mod constraints;
+mod cors;
 pub mod error;
 mod generation;
 mod http_server;
 mod logprobs;
 pub mod metrics;
 pub mod model_loader;
+pub mod otlp;
+pub mod request_id;
+mod request_trace;
 mod routes;
 mod spec_metrics;
 pub mod state;
 mod stream;
+pub mod tenants;
 mod tools;
+mod trace_context;
 pub mod valid_request;
 mod validate;
 pub mod validation_error;
@@ -67,16 +73,29 @@ pub fn app(state: AppState) -> Router {
             state.clone(),
             auth::require_key,
         ));
-    Router::new()
+    let cors = cors::layer(&state.config().allowed_origins);
+    let router = Router::new()
         .merge(api)
         .route("/health", get(routes::health::health))
         .route("/ready", get(routes::health::ready))
         .route("/version", get(routes::health::version))
-        .route("/metrics", get(routes::metrics::metrics))
+        .route(
+            "/metrics",
+            get(routes::metrics::metrics).route_layer(middleware::from_fn_with_state(
+                state.clone(),
+                auth::require_metrics_key,
+            )),
+        )
         .method_not_allowed_fallback(wrong_method)
         .fallback(no_route)
         .layer(DefaultBodyLimit::max(limit))
-        .with_state(state)
+        .with_state(state);
+    // Outermost: every response, preflight and errors included, carries the request id.
+    let router = match cors {
+        Some(c) => router.layer(c),
+        None => router,
+    };
+    router.layer(middleware::from_fn(request_id::request_id))
 }
 
 async fn no_route(req: Request) -> Response {
@@ -99,6 +118,29 @@ pub fn load(
     Ok(state)
 }
 
+/// Re-reads `--api-keys-file` on every SIGHUP. The handler is installed before this returns,
+/// so a SIGHUP sent once `serve` runs never takes the default action (exit).
+fn reload_on_sighup(state: AppState) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut hup = signal(SignalKind::hangup())?;
+        tokio::spawn(async move {
+            while hup.recv().await.is_some() {
+                match state.reload_tenants() {
+                    Ok(r) => {
+                        tracing::info!(keys = r.keys, tenants = r.tenants, "API keys reloaded")
+                    }
+                    Err(e) => tracing::error!("API keys not reloaded, the old ones stay: {e}"),
+                }
+            }
+        });
+    }
+    #[cfg(not(unix))]
+    let _ = state;
+    Ok(())
+}
+
 /// Serves `state` on `listener` until `shutdown` resolves, then drains: new requests get 503
 /// while in-flight ones finish, for up to `config.shutdown_timeout`; requests still running
 /// then are cut off (their streams end with an error event) and the function returns.
@@ -110,6 +152,9 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let router = app(state.clone());
+    if state.config().api_keys_file.is_some() {
+        reload_on_sighup(state.clone())?;
+    }
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let drain_state = state.clone();
     tokio::spawn(async move {

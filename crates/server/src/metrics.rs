@@ -26,7 +26,13 @@ const LENGTH_BUCKETS: &[f64] = &[
 /// Finish reasons counted in `pagoda:request_success_total`.
 pub const FINISH_REASONS: &[&str] = &["stop", "length", "abort", "error"];
 /// Reasons counted in `pagoda:request_rejected_total`.
-pub const REJECT_REASONS: &[&str] = &["invalid", "queue_full", "unauthorized", "unavailable"];
+pub const REJECT_REASONS: &[&str] = &[
+    "invalid",
+    "queue_full",
+    "rate_limited",
+    "unauthorized",
+    "unavailable",
+];
 
 struct HistogramData {
     /// Per bucket (not cumulative); the last slot is +Inf.
@@ -95,7 +101,7 @@ pub struct Metrics {
     pub prompt_tokens: Histogram,
     pub generation_tokens: Histogram,
     finished: [AtomicU64; 4],
-    rejected: [AtomicU64; 4],
+    rejected: [AtomicU64; REJECT_REASONS.len()],
 }
 
 impl Default for Metrics {

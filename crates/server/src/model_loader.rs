@@ -121,6 +121,7 @@ fn warm_up(engine: &EngineHandle, tokenizer: &Tokenizer) -> Result<(), LoadError
             prompt_token_ids: prompt,
             params: SamplingParams::greedy(1),
             priority: 0,
+            tenant: Default::default(),
             extra_keys: Default::default(),
         })
         .map_err(|e| LoadError::WarmUp(e.to_string()))?;

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use pagoda_core::SchedulingPolicy;
 use pagoda_core::engine::EngineHandle;
 use pagoda_frontend::{ChatTemplate, Tokenizer, ToolCallFormat, ToolParserChoice};
 use pagoda_model::EngineSetup;
@@ -18,6 +19,8 @@ use crate::config::ServerConfig;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::model_loader::{LoadError, LoadOptions, load_engine};
+use crate::otlp::{OtlpError, OtlpExporter};
+use crate::tenants::{KeysFileError, Reloaded, Tenants};
 
 /// The model side of the server, present once loading finished.
 pub struct Loaded {
@@ -42,7 +45,18 @@ struct Inner {
     in_flight: AtomicUsize,
     idle: Notify,
     created: u64,
-    tenant_salt: Option<String>,
+    tenants: Tenants,
+    metrics_key: Option<[u8; 16]>,
+    otlp: Option<Arc<OtlpExporter>>,
+}
+
+/// A configuration the server cannot start with.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("--api-keys-file: {0}")]
+    Keys(#[from] KeysFileError),
+    #[error("--otlp-traces-endpoint: {0}")]
+    Otlp(#[from] OtlpError),
 }
 
 /// Shared by every handler; cheap to clone.
@@ -51,9 +65,40 @@ pub struct AppState(Arc<Inner>);
 
 impl AppState {
     /// A server with no model yet: `/health` answers, everything else 503 until
-    /// [`AppState::load_model`] returns.
+    /// [`AppState::load_model`] returns. A keys file that cannot be read leaves the server
+    /// requiring keys it does not have (every keyed request 401) and logs why; use
+    /// [`AppState::try_new`] to fail instead.
     pub fn new(config: ServerConfig) -> Self {
-        let tenant_salt = config.api_key.as_deref().map(auth::tenant_salt);
+        match Self::try_new(config.clone()) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!("{e}; refusing every request until a reload succeeds");
+                let tenants =
+                    Tenants::without_file(config.api_key.as_deref(), config.api_keys_file.clone());
+                Self::with_parts(config, tenants, None)
+            }
+        }
+    }
+
+    /// A server with no model yet whose keys file (if any) has been read and whose trace
+    /// exporter (if any) runs.
+    pub fn try_new(config: ServerConfig) -> Result<Self, StateError> {
+        let tenants = Tenants::new(config.api_key.as_deref(), config.api_keys_file.clone())?;
+        let otlp = match &config.otlp_traces_endpoint {
+            Some(url) => Some(Arc::new(OtlpExporter::start(url)?)),
+            None => None,
+        };
+        Ok(Self::with_parts(config, tenants, otlp))
+    }
+
+    fn with_parts(
+        mut config: ServerConfig,
+        tenants: Tenants,
+        otlp: Option<Arc<OtlpExporter>>,
+    ) -> Self {
+        // Only digests of the keys are kept.
+        config.api_key = None;
+        let metrics_key = config.metrics_api_key.take().map(|k| auth::key_digest(&k));
         let created = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
@@ -65,7 +110,9 @@ impl AppState {
             in_flight: AtomicUsize::new(0),
             idle: Notify::new(),
             created,
-            tenant_salt,
+            tenants,
+            metrics_key,
+            otlp,
         }))
     }
 
@@ -112,7 +159,7 @@ impl AppState {
             engine: m.engine,
             tokenizer: m.tokenizer,
             template: m.template,
-            priority_scheduling: setup.scheduler.priority_scheduling,
+            priority_scheduling: setup.scheduler.policy == SchedulingPolicy::Priority,
             model_path: path.display().to_string(),
             structured: m.structured,
             tool_format,
@@ -141,9 +188,24 @@ impl AppState {
         self.0.created
     }
 
-    /// The prefix-cache salt every request carries when `--api-key` is set.
-    pub fn tenant_salt(&self) -> Option<&str> {
-        self.0.tenant_salt.as_deref()
+    /// The API keys and their tenants.
+    pub fn tenants(&self) -> &Tenants {
+        &self.0.tenants
+    }
+
+    /// Re-reads `--api-keys-file` (on SIGHUP); the keys in use stay on error.
+    pub fn reload_tenants(&self) -> Result<Reloaded, KeysFileError> {
+        self.0.tenants.reload()
+    }
+
+    /// The trace exporter of `--otlp-traces-endpoint`.
+    pub fn otlp(&self) -> Option<&Arc<OtlpExporter>> {
+        self.0.otlp.as_ref()
+    }
+
+    /// The digest of `--metrics-api-key`.
+    pub fn metrics_key_digest(&self) -> Option<&[u8; 16]> {
+        self.0.metrics_key.as_ref()
     }
 
     /// The model, or 503 while it loads.

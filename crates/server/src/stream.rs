@@ -12,6 +12,7 @@ use axum::response::Response;
 use futures_util::{Stream, StreamExt};
 use pagoda_protocol::{Usage, sse};
 use serde::Serialize;
+use tracing::Instrument;
 
 use crate::error::ApiError;
 use crate::generation::{ChoiceUpdate, Generation};
@@ -87,37 +88,43 @@ pub fn events<F: ChoiceFormatter, G: Send + 'static>(
         Updates,
         Ended,
     }
+    // The body is polled after the handler returned: keep its logs under the request's span.
+    let span = tracing::Span::current();
     futures_util::stream::unfold(
         (generation, fmt, Phase::Opening, guard),
-        move |(mut generation, mut fmt, phase, guard)| async move {
-            match phase {
-                Phase::Opening => {
-                    let out = fmt.opening(generation.num_choices());
-                    Some((out, (generation, fmt, Phase::Updates, guard)))
-                }
-                Phase::Updates => loop {
-                    match generation.next().await {
-                        Some(Ok(u)) => {
-                            let out = fmt.events(u);
-                            if !out.is_empty() {
-                                return Some((out, (generation, fmt, Phase::Updates, guard)));
-                            }
-                        }
-                        Some(Err(e)) => {
-                            return Some((error(&e), (generation, fmt, Phase::Ended, guard)));
-                        }
-                        None => {
-                            let mut out = String::new();
-                            if include_usage {
-                                out.push_str(&fmt.usage_event(generation.usage()));
-                            }
-                            out.push_str(&done());
-                            return Some((out, (generation, fmt, Phase::Ended, guard)));
-                        }
+        move |(mut generation, mut fmt, phase, guard)| {
+            let span = span.clone();
+            async move {
+                match phase {
+                    Phase::Opening => {
+                        let out = fmt.opening(generation.num_choices());
+                        Some((out, (generation, fmt, Phase::Updates, guard)))
                     }
-                },
-                Phase::Ended => None,
+                    Phase::Updates => loop {
+                        match generation.next().await {
+                            Some(Ok(u)) => {
+                                let out = fmt.events(u);
+                                if !out.is_empty() {
+                                    return Some((out, (generation, fmt, Phase::Updates, guard)));
+                                }
+                            }
+                            Some(Err(e)) => {
+                                return Some((error(&e), (generation, fmt, Phase::Ended, guard)));
+                            }
+                            None => {
+                                let mut out = String::new();
+                                if include_usage {
+                                    out.push_str(&fmt.usage_event(generation.usage()));
+                                }
+                                out.push_str(&done());
+                                return Some((out, (generation, fmt, Phase::Ended, guard)));
+                            }
+                        }
+                    },
+                    Phase::Ended => None,
+                }
             }
+            .instrument(span)
         },
     )
     .filter(|e| std::future::ready(!e.is_empty()))

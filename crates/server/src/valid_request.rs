@@ -3,7 +3,7 @@
 //! the text edge needs. `ValidRequest::new` is the one place a prompt meets the engine's limits.
 
 use pagoda_core::kv::ExtraKeys;
-use pagoda_core::{CheckedRequest, EngineRequest, RequestLimits, SamplingParams};
+use pagoda_core::{CheckedRequest, EngineRequest, RequestLimits, SamplingParams, Tenant};
 
 use crate::validation_error::{FieldNames, ValidationError};
 
@@ -73,6 +73,7 @@ impl ValidRequest {
                 prompt_token_ids: prompt,
                 params: params.clone(),
                 priority: u.priority,
+                tenant: Tenant::default(),
                 extra_keys: extra_keys.clone(),
             };
             let checked = limits.check(req).map_err(|error| ValidationError::Engine {
@@ -89,6 +90,23 @@ impl ValidRequest {
             stream: u.stream,
             include_usage: u.include_usage,
         })
+    }
+
+    /// Files every prompt under `tenant` (scheduling and prefix-cache salt).
+    pub fn for_tenant(&mut self, tenant: Tenant, salt: &str) {
+        let requests = std::mem::take(&mut self.requests);
+        self.requests = requests
+            .into_iter()
+            .map(|r| r.for_tenant(tenant, salt))
+            .collect();
+    }
+
+    /// Prompt tokens over every prompt.
+    pub fn prompt_tokens(&self) -> u64 {
+        self.requests
+            .iter()
+            .map(|r| r.get().prompt_token_ids.len() as u64)
+            .sum()
     }
 
     /// The parameters every prompt shares.

@@ -120,7 +120,7 @@ pub fn refuse<T>(name: &str, value: &Option<T>, why: &'static str) -> Result<(),
 
 /// Builds the validated request from the shared fields and the prompts' tokens.
 pub fn build(
-    state: &AppState,
+    _state: &AppState, // every API's `prepare` passes it; the tenant is applied after
     loaded: &Loaded,
     f: &SamplingFields<'_>,
     prompts: Vec<Vec<u32>>,
@@ -169,7 +169,7 @@ pub fn build(
     {
         return Err(ValidationError::Requires {
             field: "priority",
-            needs: "the server to run with --priority-scheduling",
+            needs: "the server to run with --scheduling-policy priority",
         });
     }
     let params = SamplingParams {
@@ -199,11 +199,8 @@ pub fn build(
             params.temperature,
         ));
     }
-    let cache_salt = match (state.tenant_salt(), f.cache_salt) {
-        (Some(t), Some(s)) => Some(format!("{t}/{s}")),
-        (Some(t), None) => Some(t.to_owned()),
-        (None, s) => s.cloned(),
-    };
+    // The tenant's own salt is put in front by `ValidRequest::for_tenant`.
+    let cache_salt = f.cache_salt.cloned();
     let names = FieldNames {
         prompt: if f.chat { "messages" } else { "prompt" },
         max_tokens: f.max_tokens_field,

@@ -1,5 +1,6 @@
 //! Scheduling: which sequences compute how many tokens each step, and what happens after.
 
+pub mod fair;
 pub mod output;
 pub mod queue;
 pub mod scheduler;

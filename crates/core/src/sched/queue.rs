@@ -1,9 +1,13 @@
-//! The waiting queue: FCFS by arrival, or by `priority` (lower first) then arrival. Preempted
-//! sequences go back to the front, ahead of every sequence that never ran.
+//! The waiting queue under the configured `SchedulingPolicy`: FCFS by arrival, by `priority`
+//! (lower first) then arrival, or tenant-fair (`fair.rs`). Preempted sequences go back to the
+//! front, ahead of every sequence that never ran.
 
 use std::collections::VecDeque;
 
+use super::fair::FairQueue;
+use crate::config::SchedulingPolicy;
 use crate::request::SeqId;
+use crate::tenant::Tenant;
 
 /// Sort key of a waiting sequence.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -15,50 +19,79 @@ pub struct QueueKey {
 }
 
 /// Waiting sequences in scheduling order.
-#[derive(Debug, Default)]
-pub struct WaitingQueue {
+#[derive(Debug)]
+pub enum WaitingQueue {
     /// Kept sorted by key; arrivals are nearly always appended, so insertion is cheap.
-    items: VecDeque<(QueueKey, SeqId)>,
-    by_priority: bool,
+    Sorted {
+        items: VecDeque<(QueueKey, SeqId)>,
+        by_priority: bool,
+    },
+    Fair(FairQueue),
 }
 
 impl WaitingQueue {
-    pub fn new(by_priority: bool) -> Self {
-        Self {
-            items: VecDeque::new(),
-            by_priority,
+    /// A queue for `policy` whose steps compute at most `step_tokens` tokens.
+    pub fn new(policy: SchedulingPolicy, step_tokens: usize) -> Self {
+        match policy {
+            SchedulingPolicy::Fair => Self::Fair(FairQueue::new(step_tokens)),
+            p => Self::Sorted {
+                items: VecDeque::new(),
+                by_priority: p == SchedulingPolicy::Priority,
+            },
         }
     }
 
     pub fn len(&self) -> usize {
-        self.items.len()
+        match self {
+            Self::Sorted { items, .. } => items.len(),
+            Self::Fair(q) => q.len(),
+        }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.items.is_empty()
+        self.len() == 0
     }
 
-    /// Adds a sequence in its place.
-    pub fn push(&mut self, seq: SeqId, mut key: QueueKey) {
-        if !self.by_priority {
-            key.priority = 0;
+    /// Adds a sequence of `tenant` in its place; `cost` is the tokens it will compute.
+    pub fn push(&mut self, seq: SeqId, mut key: QueueKey, tenant: Tenant, cost: usize) {
+        match self {
+            Self::Sorted { items, by_priority } => {
+                if !*by_priority {
+                    key.priority = 0;
+                }
+                let at = items.partition_point(|(k, _)| *k <= key);
+                items.insert(at, (key, seq));
+            }
+            Self::Fair(q) => q.push(seq, key.arrival_seq, key.fresh, tenant, cost),
         }
-        let at = self.items.partition_point(|(k, _)| *k <= key);
-        self.items.insert(at, (key, seq));
+    }
+
+    /// Counts tokens computed for `tenant` this step (only the fair order uses them).
+    pub fn charge(&mut self, tenant: Tenant, tokens: usize) {
+        if let Self::Fair(q) = self {
+            q.charge(tenant, tokens);
+        }
     }
 
     /// Sequences in scheduling order.
-    pub fn iter(&self) -> impl Iterator<Item = SeqId> + '_ {
-        self.items.iter().map(|(_, s)| *s)
+    pub fn iter(&self) -> std::vec::IntoIter<SeqId> {
+        match self {
+            Self::Sorted { items, .. } => items.iter().map(|(_, s)| *s).collect::<Vec<_>>(),
+            Self::Fair(q) => q.order(),
+        }
+        .into_iter()
     }
 
     pub fn remove(&mut self, seq: SeqId) -> bool {
-        match self.items.iter().position(|(_, s)| *s == seq) {
-            Some(i) => {
-                self.items.remove(i);
-                true
-            }
-            None => false,
+        match self {
+            Self::Sorted { items, .. } => match items.iter().position(|(_, s)| *s == seq) {
+                Some(i) => {
+                    items.remove(i);
+                    true
+                }
+                None => false,
+            },
+            Self::Fair(q) => q.remove(seq),
         }
     }
 }
@@ -77,19 +110,21 @@ mod tests {
 
     #[test]
     fn fcfs_ignores_priority_and_preempted_go_first() {
-        let mut q = WaitingQueue::new(false);
-        q.push(1, key(true, 5, 1));
-        q.push(2, key(true, -5, 2));
-        q.push(3, key(false, 0, 3));
+        let mut q = WaitingQueue::new(SchedulingPolicy::Fcfs, 64);
+        let t = Tenant::default();
+        q.push(1, key(true, 5, 1), t, 1);
+        q.push(2, key(true, -5, 2), t, 1);
+        q.push(3, key(false, 0, 3), t, 1);
         assert_eq!(q.iter().collect::<Vec<_>>(), vec![3, 1, 2]);
     }
 
     #[test]
     fn priority_orders_then_arrival() {
-        let mut q = WaitingQueue::new(true);
-        q.push(1, key(true, 5, 1));
-        q.push(2, key(true, -5, 2));
-        q.push(3, key(true, 5, 0));
+        let mut q = WaitingQueue::new(SchedulingPolicy::Priority, 64);
+        let t = Tenant::default();
+        q.push(1, key(true, 5, 1), t, 1);
+        q.push(2, key(true, -5, 2), t, 1);
+        q.push(3, key(true, 5, 0), t, 1);
         assert_eq!(q.iter().collect::<Vec<_>>(), vec![2, 3, 1]);
         assert!(q.remove(3));
         assert_eq!(q.iter().collect::<Vec<_>>(), vec![2, 1]);

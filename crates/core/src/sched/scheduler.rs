@@ -67,7 +67,7 @@ pub struct Scheduler {
 
 impl Scheduler {
     pub fn new(config: SchedulerConfig, kv: KvCacheManager, eog_ids: Vec<u32>) -> Self {
-        let waiting = WaitingQueue::new(config.priority_scheduling);
+        let waiting = WaitingQueue::new(config.policy, config.max_num_batched_tokens);
         Self {
             config,
             kv,
@@ -142,7 +142,8 @@ impl Scheduler {
             priority: req.priority,
             arrival_seq: req.arrival_seq,
         };
-        self.waiting.push(req.seq_id, key);
+        self.waiting
+            .push(req.seq_id, key, req.tenant, req.num_tokens());
         self.requests.insert(req.seq_id, req);
     }
 
@@ -254,6 +255,11 @@ impl Scheduler {
             self.add_speculation(&mut out, budget);
         }
         out.total_num_scheduled_tokens = out.scheduled.iter().map(|s| s.num_scheduled_tokens).sum();
+        for s in &out.scheduled {
+            if let Some(r) = self.requests.get(&s.seq_id) {
+                self.waiting.charge(r.tenant, s.num_scheduled_tokens);
+            }
+        }
         self.counters.steps += 1;
         out
     }
@@ -379,14 +385,12 @@ impl Scheduler {
             r.num_computed_tokens = 0;
             r.num_preemptions += 1;
             r.status = RequestStatus::Preempted;
-            self.waiting.push(
-                seq,
-                QueueKey {
-                    fresh: false,
-                    priority: r.priority,
-                    arrival_seq: r.arrival_seq,
-                },
-            );
+            let key = QueueKey {
+                fresh: false,
+                priority: r.priority,
+                arrival_seq: r.arrival_seq,
+            };
+            self.waiting.push(seq, key, r.tenant, r.num_tokens());
         }
         self.counters.preemptions += 1;
     }

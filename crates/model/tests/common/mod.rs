@@ -135,6 +135,7 @@ pub fn run_engine(
             prompt_token_ids: prompt.clone(),
             params: params.clone(),
             priority: 0,
+            tenant: Default::default(),
             extra_keys: Default::default(),
         })
         .unwrap();

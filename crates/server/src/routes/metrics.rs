@@ -8,9 +8,10 @@ use crate::state::AppState;
 
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     let stats = state.loaded().ok().map(|l| l.engine.stats());
-    let text = state
+    let mut text = state
         .metrics()
         .render(stats.as_ref(), &state.config().served_model_name);
+    state.tenants().render_metrics(&mut text);
     (
         [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
         text,

@@ -10,16 +10,24 @@ pub mod tokenize;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use axum::Json;
+use std::sync::Arc;
+
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use pagoda_protocol::ErrorResponse;
 
+use crate::auth::Caller;
 use crate::body::{JsonBody, WireRequest};
 use crate::error::ApiError;
 use crate::generation::Generation;
+use crate::otlp::AttrValue;
+use crate::request_id::RequestInfo;
+use crate::request_trace::RequestTrace;
 use crate::state::{AppState, Loaded};
 use crate::stream::{self as sse, ChoiceFormatter};
+use crate::tenants::{OverLimit, TenantState};
 use crate::valid_request::ValidRequest;
 use crate::validation_error::ValidationError;
 
@@ -44,25 +52,52 @@ pub trait GenerationEndpoint: Sized + Send + 'static {
 /// submit (429/400 before any byte is sent), then stream SSE or answer one JSON body.
 pub async fn generate<E: GenerationEndpoint>(
     State(state): State<AppState>,
+    caller: Option<Extension<Caller>>,
+    info: Option<Extension<RequestInfo>>,
     JsonBody(req): JsonBody<E::Wire>,
 ) -> Response {
-    match run::<E>(state.clone(), req).await {
+    let tenant = caller.map(|Extension(Caller(t))| t);
+    let info = info.map(|Extension(i)| i);
+    match run::<E>(state.clone(), tenant, info, req).await {
         Ok(r) => r,
         Err(e) => rejected(&state, e),
     }
 }
 
-async fn run<E: GenerationEndpoint>(state: AppState, req: E::Wire) -> Result<Response, ApiError> {
-    let guard = state.admit()?;
+async fn run<E: GenerationEndpoint>(
+    state: AppState,
+    tenant: Option<Arc<TenantState>>,
+    info: Option<RequestInfo>,
+    req: E::Wire,
+) -> Result<Response, ApiError> {
+    let in_flight = state.admit()?;
+    if let Some(t) = &tenant {
+        // Before the work of preparing: a tenant at its request or concurrency limit.
+        t.precheck().map_err(|e| over_limit(&state, t, e))?;
+    }
     let st = state.clone();
-    let (request, prepared) = run_blocking(move || Ok(E::prepare(&st, st.loaded()?, req)?)).await?;
+    let (mut request, prepared) =
+        run_blocking(move || Ok(E::prepare(&st, st.loaded()?, req)?)).await?;
+    let permit = match &tenant {
+        Some(t) => {
+            request.for_tenant(t.engine_tenant(), &t.salt);
+            let permit = t
+                .admit(request.prompt_tokens())
+                .map_err(|e| over_limit(&state, t, e))?;
+            Some(permit)
+        }
+        None => None,
+    };
+    let guard = (in_flight, permit);
     let loaded = state.loaded()?;
     let generation = Generation::start(
         &loaded.engine,
         &loaded.tokenizer,
         &request,
         Some(state.shared_metrics()),
-    )?;
+    )?
+    .traced(trace(&state, info, tenant.as_deref()))
+    .count_for(tenant);
     let fmt = prepared.formatter(&state, &request, generation.num_choices());
     let (stream, include_usage) = (request.stream, request.include_usage);
     if stream {
@@ -77,6 +112,56 @@ async fn run<E: GenerationEndpoint>(state: AppState, req: E::Wire) -> Result<Res
         drop(guard);
         Ok(Json(response).into_response())
     }
+}
+
+/// The request's trace, when traces are exported.
+fn trace(
+    state: &AppState,
+    info: Option<RequestInfo>,
+    tenant: Option<&TenantState>,
+) -> Option<RequestTrace> {
+    let (exporter, info) = (state.otlp()?, info?);
+    let mut attributes = vec![
+        ("pagoda.request_id", AttrValue::Str(info.id)),
+        (
+            "gen_ai.request.model",
+            AttrValue::Str(state.config().served_model_name.clone()),
+        ),
+    ];
+    if let Some(t) = tenant {
+        attributes.push(("pagoda.tenant", AttrValue::Str(t.name.clone())));
+    }
+    RequestTrace::begin(
+        Arc::clone(exporter),
+        info.trace,
+        info.route,
+        info.received,
+        attributes,
+    )
+}
+
+/// 429 naming the limit (400 when the request could never pass it).
+fn over_limit(state: &AppState, t: &TenantState, e: OverLimit) -> ApiError {
+    if e.never {
+        return ApiError::new(
+            StatusCode::BAD_REQUEST,
+            ErrorResponse::invalid_request(
+                format!(
+                    "this request's prompt is larger than tenant `{}`'s {} of {}",
+                    t.name, e.limit, e.value
+                ),
+                None,
+            ),
+        );
+    }
+    state.metrics().count_rejected("rate_limited");
+    ApiError::rate_limited(
+        format!(
+            "tenant `{}` is over its {} of {}; retry in {} s",
+            t.name, e.limit, e.value, e.retry_after
+        ),
+        e.retry_after,
+    )
 }
 
 /// Unix seconds now (`created`).
@@ -101,7 +186,8 @@ pub fn random_id(prefix: &str) -> String {
 pub async fn run_blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {
-    tokio::task::spawn_blocking(f)
+    let span = tracing::Span::current();
+    tokio::task::spawn_blocking(move || span.in_scope(f))
         .await
         .map_err(|e| ApiError::internal(format!("request preparation failed: {e}")))?
 }
