@@ -494,3 +494,80 @@ fn sample_rows(
     }
     results
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use pagoda_core::SamplingParams;
+
+    const V: usize = 6;
+
+    fn softmax(row: &[f32]) -> Vec<f64> {
+        let m = row.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+        let e: Vec<f64> = row.iter().map(|&l| f64::from(l - m).exp()).collect();
+        let z: f64 = e.iter().sum();
+        e.into_iter().map(|x| x / z).collect()
+    }
+
+    /// Pearson's statistic of `counts` against `probs`.
+    fn chi_square(counts: &[u64], probs: &[f64]) -> f64 {
+        let n: u64 = counts.iter().sum();
+        counts
+            .iter()
+            .zip(probs)
+            .map(|(&c, &p)| {
+                let e = p * n as f64;
+                (c as f64 - e).powi(2) / e
+            })
+            .sum()
+    }
+
+    /// 99.9th percentile of chi-square with 5 degrees of freedom.
+    const CRITICAL_DF5: f64 = 20.52;
+
+    /// Over many seeds, the verified run's first token is distributed as the target's softmax
+    /// whatever was proposed, and its second token (given the first proposal was accepted) as
+    /// the next row's: acceptance and the residual draw are both right. A verifier that always
+    /// accepted, or that drew the residual from the full distribution, fails the same test.
+    #[test]
+    fn verification_keeps_the_target_distribution() {
+        let row0 = [1.0f32, 0.2, -0.5, 2.0, 0.0, 0.7];
+        let row1 = [0.3f32, 1.5, 0.1, -1.0, 0.9, 0.0];
+        let rows: Vec<f32> = row0.iter().chain(&row1).chain(&row1).copied().collect();
+        let drafts = [3u32, 4];
+        let (p0, p1) = (softmax(&row0), softmax(&row1));
+        let mut first = [0u64; V];
+        let mut second = [0u64; V];
+        let mut accepted_first = 0u64;
+        let n = 40_000;
+        for seed in 0..n {
+            let params = SamplingParams {
+                temperature: 1.0,
+                seed: Some(seed),
+                ..Default::default()
+            };
+            let mut sampler = Sampler::new(params, 0);
+            let run = verify(&mut sampler, &rows, &drafts, V).unwrap();
+            assert!(!run.is_empty() && run.len() <= 3);
+            first[run[0].token_id as usize] += 1;
+            if run[0].token_id == drafts[0] {
+                accepted_first += 1;
+                second[run[1].token_id as usize] += 1;
+            }
+            // The run stops at the first token that differs from its proposal.
+            for (i, s) in run.iter().enumerate().take(run.len() - 1) {
+                assert_eq!(s.token_id, drafts[i]);
+            }
+        }
+        assert!(chi_square(&first, &p0) < CRITICAL_DF5, "{first:?}");
+        assert!(chi_square(&second, &p1) < CRITICAL_DF5, "{second:?}");
+        // Acceptance of the first proposal happens with probability p(x).
+        let rate = accepted_first as f64 / n as f64;
+        assert!((rate - p0[3]).abs() < 0.01, "{rate} vs {}", p0[3]);
+        // The test has power: accepting every proposal would put all mass on token 3.
+        let mut always = [0u64; V];
+        always[3] = n;
+        assert!(chi_square(&always, &p0) > 1000.0);
+    }
+}
