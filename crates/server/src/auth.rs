@@ -7,9 +7,10 @@ use std::hash::{BuildHasher, Hasher};
 use axum::extract::{Request, State};
 use axum::http::header::AUTHORIZATION;
 use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 
 use crate::error::ApiError;
+use crate::error_shape::ErrorShape;
 use crate::state::AppState;
 
 /// Equality whose time depends only on the lengths, not on where the bytes differ.
@@ -38,24 +39,30 @@ pub fn tenant_salt(key: &str) -> String {
     format!("tenant:{:016x}{:016x}", h1.finish(), h2.finish())
 }
 
-/// Middleware: with an API key configured, requires `Authorization: Bearer <key>`.
+/// The key a request presents: `Authorization: Bearer <key>`, or Anthropic's `x-api-key`.
+fn presented_key(headers: &axum::http::HeaderMap) -> Option<&str> {
+    let bearer = headers
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let x_api_key = || headers.get("x-api-key").and_then(|v| v.to_str().ok());
+    bearer.or_else(x_api_key).map(str::trim)
+}
+
+/// Middleware: with an API key configured, requires `Authorization: Bearer <key>` or
+/// `x-api-key: <key>`; the refusal is in the error body of the API called.
 pub async fn require_key(State(state): State<AppState>, req: Request, next: Next) -> Response {
     if let Some(expected) = state.config().api_key.as_deref() {
-        let given = req
-            .headers()
-            .get(AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim);
+        let given = presented_key(req.headers());
         let ok = given.is_some_and(|g| constant_time_eq(g.as_bytes(), expected.as_bytes()));
         if !ok {
             state.metrics().count_rejected("unauthorized");
             let msg = if given.is_none() {
-                "missing API key: send `Authorization: Bearer <key>`"
+                "missing API key: send `Authorization: Bearer <key>` or `x-api-key: <key>`"
             } else {
                 "incorrect API key"
             };
-            return ApiError::unauthorized(msg).into_response();
+            return ErrorShape::for_path(req.uri().path()).response(ApiError::unauthorized(msg));
         }
     }
     next.run(req).await

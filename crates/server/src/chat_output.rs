@@ -32,6 +32,9 @@ pub struct ChoiceOutput {
     reasoning: Option<ReasoningStream>,
     tools: Option<ToolCallStream>,
     num_calls: usize,
+    /// `parallel_tool_calls: false`: the reply ends at its first call; later calls and text
+    /// are dropped.
+    single_call: bool,
 }
 
 impl ChoiceOutput {
@@ -46,7 +49,14 @@ impl ChoiceOutput {
                 .then(|| ReasoningStream::new(ReasoningStream::prompt_opens_thinking(prompt_text))),
             tools: tools.map(ToolCallStream::new),
             num_calls: 0,
+            single_call: false,
         }
+    }
+
+    /// At most one call per reply (`parallel_tool_calls: false`).
+    pub fn single_call(mut self, single: bool) -> Self {
+        self.single_call = single;
+        self
     }
 
     pub fn push(&mut self, text: &str) -> Split {
@@ -101,6 +111,9 @@ impl ChoiceOutput {
     fn events(&mut self, events: Vec<ToolEvent>) -> Split {
         let mut split = Split::default();
         for e in events {
+            if self.single_call && self.num_calls > 0 {
+                break;
+            }
             match e {
                 ToolEvent::Content(t) => split.content.push_str(&t),
                 ToolEvent::Call { index, call } => {

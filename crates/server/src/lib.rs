@@ -12,11 +12,17 @@ mod chat_prompt;
 pub mod config;
 mod constraints;
 pub mod error;
+mod error_shape;
 mod generation;
 mod http_server;
 mod logprobs;
+mod messages_input;
+mod messages_output;
 pub mod metrics;
 pub mod model_loader;
+mod response_store;
+mod responses_input;
+mod responses_output;
 mod routes;
 pub mod state;
 mod stream;
@@ -56,6 +62,22 @@ pub fn app(state: AppState) -> Router {
         .route(
             "/v1/chat/completions",
             post(routes::generate::<routes::chat::Chat>),
+        )
+        .route(
+            "/v1/messages",
+            post(routes::generate::<routes::messages::Messages>),
+        )
+        .route(
+            "/v1/messages/count_tokens",
+            post(routes::messages::count_tokens),
+        )
+        .route(
+            "/v1/responses",
+            post(routes::generate::<routes::responses::Responses>),
+        )
+        .route(
+            "/v1/responses/{id}",
+            get(routes::responses::get).delete(routes::responses::delete),
         )
         .route("/v1/models", get(routes::models::models))
         .route("/tokenize", post(routes::tokenize::tokenize))

@@ -18,6 +18,7 @@ use crate::config::ServerConfig;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::model_loader::{LoadError, LoadOptions, load_engine};
+use crate::response_store::ResponseStore;
 
 /// The model side of the server, present once loading finished.
 pub struct Loaded {
@@ -43,6 +44,7 @@ struct Inner {
     idle: Notify,
     created: u64,
     tenant_salt: Option<String>,
+    responses: ResponseStore,
 }
 
 /// Shared by every handler; cheap to clone.
@@ -54,6 +56,7 @@ impl AppState {
     /// [`AppState::load_model`] returns.
     pub fn new(config: ServerConfig) -> Self {
         let tenant_salt = config.api_key.as_deref().map(auth::tenant_salt);
+        let (entries, max_age) = (config.response_store_entries, config.response_store_max_age);
         let created = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
@@ -66,6 +69,7 @@ impl AppState {
             idle: Notify::new(),
             created,
             tenant_salt,
+            responses: ResponseStore::new(entries, max_age),
         }))
     }
 
@@ -144,6 +148,11 @@ impl AppState {
     /// The prefix-cache salt every request carries when `--api-key` is set.
     pub fn tenant_salt(&self) -> Option<&str> {
         self.0.tenant_salt.as_deref()
+    }
+
+    /// The Responses API's stored responses.
+    pub fn responses(&self) -> &ResponseStore {
+        &self.0.responses
     }
 
     /// The model, or 503 while it loads.

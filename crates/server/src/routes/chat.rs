@@ -19,7 +19,7 @@ use crate::stream::{self as sse, ChoiceFormatter};
 use crate::tools;
 use crate::valid_request::ValidRequest;
 use crate::validate;
-use crate::validation_error::ValidationError;
+use crate::validation_error::{FieldNames, ValidationError};
 
 /// A chat request, validated and rendered, with what its response needs.
 pub struct Chat {
@@ -95,21 +95,7 @@ fn prepare(
         req.response_format.as_ref(),
         req.structured_outputs.as_ref(),
     )?;
-    let tool_constraint = match &tools {
-        Some(t) => t.constraint()?,
-        None => None,
-    };
-    let constraint = match (requested, tool_constraint) {
-        (Some(_), Some(_)) => {
-            return Err(ValidationError::Conflict {
-                field: "tool_choice",
-                with: "`response_format` or `structured_outputs` (when it constrains the reply)",
-            });
-        }
-        (Some((c, field)), None) => Some(constraints::compile(loaded, c, field)?),
-        (None, Some(c)) => Some(constraints::compile(loaded, c, "tools")?),
-        (None, None) => None,
-    };
+    let constraint = constraints::reply(loaded, requested, tools.as_ref())?;
     if req.store == Some(true) {
         return Err(ValidationError::unsupported(
             "store",
@@ -194,9 +180,8 @@ fn prepare(
     };
     let mut fields = validate::sampling_fields!(
         &req,
-        chat: true,
+        names: FieldNames::chat(field),
         max_tokens: max_tokens,
-        max_tokens_field: field,
         logprobs: top,
     );
     fields.constraint = constraint;

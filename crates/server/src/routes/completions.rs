@@ -14,7 +14,7 @@ use crate::state::{AppState, Loaded};
 use crate::stream::{self as sse, ChoiceFormatter};
 use crate::valid_request::ValidRequest;
 use crate::validate;
-use crate::validation_error::ValidationError;
+use crate::validation_error::{FieldNames, ValidationError};
 
 /// A completions request, validated, with what its response needs.
 pub struct Completions {
@@ -116,9 +116,8 @@ fn prepare(
     let echo = req.echo.unwrap_or(false);
     let mut fields = validate::sampling_fields!(
         &req,
-        chat: false,
+        names: FieldNames::COMPLETIONS,
         max_tokens: Some(req.max_tokens.unwrap_or(16)),
-        max_tokens_field: "max_tokens",
         logprobs: req.logprobs,
     );
     fields.constraint = constraint;

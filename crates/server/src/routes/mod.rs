@@ -3,8 +3,10 @@
 pub mod chat;
 pub mod completions;
 pub mod health;
+pub mod messages;
 pub mod metrics;
 pub mod models;
+pub mod responses;
 pub mod tokenize;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,6 +19,7 @@ use axum::response::{IntoResponse, Response};
 
 use crate::body::{JsonBody, WireRequest};
 use crate::error::ApiError;
+use crate::error_shape::ErrorShape;
 use crate::generation::Generation;
 use crate::state::{AppState, Loaded};
 use crate::stream::{self as sse, ChoiceFormatter};
@@ -28,6 +31,8 @@ use crate::validation_error::ValidationError;
 pub trait GenerationEndpoint: Sized + Send + 'static {
     type Wire: WireRequest + Send + 'static;
     type Formatter: ChoiceFormatter;
+    /// The error body this API answers with.
+    const ERRORS: ErrorShape = ErrorShape::OpenAi;
 
     /// Validation, chat template and tokenization (blocking: run off the async runtime): the
     /// request to submit, and what the formatter will need.
@@ -44,11 +49,15 @@ pub trait GenerationEndpoint: Sized + Send + 'static {
 /// submit (429/400 before any byte is sent), then stream SSE or answer one JSON body.
 pub async fn generate<E: GenerationEndpoint>(
     State(state): State<AppState>,
-    JsonBody(req): JsonBody<E::Wire>,
+    body: Result<JsonBody<E::Wire>, ApiError>,
 ) -> Response {
-    match run::<E>(state.clone(), req).await {
+    let result = match body {
+        Ok(JsonBody(req)) => run::<E>(state.clone(), req).await,
+        Err(e) => Err(e),
+    };
+    match result {
         Ok(r) => r,
-        Err(e) => rejected(&state, e),
+        Err(e) => rejected_as(&state, E::ERRORS, e),
     }
 }
 
@@ -108,6 +117,11 @@ pub async fn run_blocking<T: Send + 'static>(
 
 /// Renders an error response and counts it as a rejected request.
 pub fn rejected(state: &AppState, e: ApiError) -> Response {
+    rejected_as(state, ErrorShape::OpenAi, e)
+}
+
+/// [`rejected`], in the error body of the API that was called.
+pub fn rejected_as(state: &AppState, shape: ErrorShape, e: ApiError) -> Response {
     let reason = match e.status {
         StatusCode::TOO_MANY_REQUESTS => None, // counted where the queue refused it
         StatusCode::SERVICE_UNAVAILABLE => Some("unavailable"),
@@ -117,5 +131,5 @@ pub fn rejected(state: &AppState, e: ApiError) -> Response {
     if let Some(r) = reason {
         state.metrics().count_rejected(r);
     }
-    e.into_response()
+    shape.response(e)
 }
