@@ -23,7 +23,8 @@ pub use chat::{
     FunctionCall, FunctionCallDelta, MessageContent, Role, ToolCall, ToolCallDelta, TopLogprob,
 };
 pub use common::{
-    FinishReason, Prompt, PromptTokensDetails, Stop, StopReason, StreamOptions, Usage,
+    FinishReason, Prompt, PromptLogprob, PromptLogprobs, PromptTokensDetails, Stop, StopReason,
+    StreamOptions, Usage,
 };
 pub use completions::{
     CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse,

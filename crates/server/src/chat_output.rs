@@ -2,12 +2,11 @@
 //! (the request's tool format) out of what remains, incrementally for streams. Calls get their
 //! `call_...` ids here.
 
-use pagoda_frontend::{
-    ReasoningParser, ReasoningStream, ToolCallFormat, ToolCallStream, ToolEvent,
-};
+use pagoda_frontend::{ReasoningParser, ReasoningStream, ToolCallStream, ToolEvent};
 use pagoda_protocol::ToolCall;
 
 use crate::routes::random_id;
+use crate::tools::ToolSetup;
 
 /// What one piece of text turned into.
 #[derive(Debug, Default)]
@@ -39,15 +38,11 @@ pub struct ChoiceOutput {
 
 impl ChoiceOutput {
     /// `prompt_text`: the rendered prompt (a template may open the `<think>` block itself).
-    pub fn new(
-        reasoning: ReasoningParser,
-        tools: Option<ToolCallFormat>,
-        prompt_text: &str,
-    ) -> Self {
+    pub fn new(reasoning: ReasoningParser, tools: Option<&ToolSetup>, prompt_text: &str) -> Self {
         Self {
             reasoning: (reasoning == ReasoningParser::Think)
                 .then(|| ReasoningStream::new(ReasoningStream::prompt_opens_thinking(prompt_text))),
-            tools: tools.map(ToolCallStream::new),
+            tools: tools.map(ToolSetup::call_stream),
             num_calls: 0,
             single_call: false,
         }

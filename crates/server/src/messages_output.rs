@@ -34,7 +34,7 @@ impl Formatter {
     pub fn new(
         state: &AppState,
         prompt_tokens: usize,
-        tool_format: Option<pagoda_frontend::ToolCallFormat>,
+        tools: Option<&crate::tools::ToolSetup>,
         parallel_tool_calls: bool,
         prompt_text: &str,
     ) -> Self {
@@ -42,7 +42,7 @@ impl Formatter {
             id: random_id("msg").replacen("msg-", "msg_", 1),
             model: state.config().served_model_name.clone(),
             prompt_tokens: prompt_tokens as u32,
-            output: ChoiceOutput::new(state.config().reasoning_parser, tool_format, prompt_text)
+            output: ChoiceOutput::new(state.config().reasoning_parser, tools, prompt_text)
                 .single_call(!parallel_tool_calls),
             blocks: Vec::new(),
             open_text: None,

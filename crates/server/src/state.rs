@@ -83,7 +83,7 @@ impl AppState {
             path,
             &LoadOptions {
                 setup,
-                chat_template: None,
+                chat_template: self.0.config.chat_template.as_deref(),
                 output_buffer: self.0.config.output_buffer,
             },
         )?;

@@ -90,3 +90,14 @@ fn openai_responses_conformance() {
         &["--base-url", &qwen().url("/v1"), "--model", common::MODEL],
     );
 }
+
+/// Call -> result -> answer under `tool_choice: "auto"`, plus named and single-call choices.
+/// Another tool-trained model is one more test like this one, over its own server.
+#[test]
+fn qwen_05b_tool_round_trip() {
+    run_script(
+        "tool_round_trip.py",
+        "openai",
+        &["--base-url", &qwen().url("/v1"), "--model", common::MODEL],
+    );
+}

@@ -10,7 +10,7 @@ use pagoda_protocol::anthropic::{CountTokensRequest, CountTokensResponse, Messag
 use serde_json::{Map, Value};
 
 use crate::body::JsonBody;
-use crate::chat_prompt::{render, tokenize};
+use crate::chat_prompt::{PromptOptions, render, tokenize};
 use crate::constraints;
 use crate::error::ApiError;
 use crate::error_shape::ErrorShape;
@@ -25,7 +25,7 @@ use crate::validation_error::{FieldNames, ValidationError};
 
 /// A messages request, validated and rendered, with what its answer needs.
 pub struct Messages {
-    tool_format: Option<pagoda_frontend::ToolCallFormat>,
+    tools: Option<ToolSetup>,
     parallel_tool_calls: bool,
     prompt_text: String,
 }
@@ -68,7 +68,7 @@ impl GenerationEndpoint for Messages {
         let (setup, parallel) = tool_setup(loaded, req.tools.as_deref(), req.tool_choice.as_ref())?;
         let constraint = constraints::reply(loaded, None, setup.as_ref())?;
         let messages = chat_messages(req.system.as_ref(), &req.messages)?;
-        let prompt_text = render(loaded, &messages, true, setup.as_ref())?;
+        let prompt_text = render(loaded, &messages, &PromptOptions::NEW_TURN, setup.as_ref())?;
         let prompt = tokenize(loaded, &prompt_text, None);
         let stop = req.stop_sequences.clone().map(Stop::Many);
         if stop
@@ -91,7 +91,7 @@ impl GenerationEndpoint for Messages {
         Ok((
             request,
             Messages {
-                tool_format: setup.as_ref().map(|t| t.format),
+                tools: setup,
                 parallel_tool_calls: parallel,
                 prompt_text,
             },
@@ -102,7 +102,7 @@ impl GenerationEndpoint for Messages {
         Formatter::new(
             state,
             req.prompt(0).len(),
-            self.tool_format,
+            self.tools.as_ref(),
             self.parallel_tool_calls,
             &self.prompt_text,
         )
@@ -166,7 +166,7 @@ fn count_blocking(
     let loaded = state.loaded()?;
     let (setup, _) = tool_setup(loaded, req.tools.as_deref(), req.tool_choice.as_ref())?;
     let messages = chat_messages(req.system.as_ref(), &req.messages)?;
-    let text = render(loaded, &messages, true, setup.as_ref())?;
+    let text = render(loaded, &messages, &PromptOptions::NEW_TURN, setup.as_ref())?;
     Ok(CountTokensResponse {
         input_tokens: tokenize(loaded, &text, None).len() as u32,
     })

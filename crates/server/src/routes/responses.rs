@@ -12,7 +12,7 @@ use pagoda_protocol::{ChatMessage, ErrorResponse, Role};
 use serde_json::{Value, json};
 
 use crate::chat_output::ChoiceOutput;
-use crate::chat_prompt::{render, tokenize};
+use crate::chat_prompt::{PromptOptions, render, tokenize};
 use crate::constraints;
 use crate::error::ApiError;
 use crate::responses_input::{chat_messages, chat_tool_choice, chat_tools, check_extra};
@@ -30,7 +30,7 @@ pub struct Responses {
     echo: pagoda_protocol::responses::Response,
     /// The messages before this response, without the instructions (what `store` keeps).
     conversation: Vec<ChatMessage>,
-    tool_format: Option<pagoda_frontend::ToolCallFormat>,
+    tools: Option<tools::ToolSetup>,
     prompt_text: String,
 }
 
@@ -81,7 +81,7 @@ impl GenerationEndpoint for Responses {
             None => None,
         };
         let constraint = constraints::reply(loaded, format, setup.as_ref())?;
-        let prompt_text = render(loaded, &messages, true, setup.as_ref())?;
+        let prompt_text = render(loaded, &messages, &PromptOptions::NEW_TURN, setup.as_ref())?;
         let prompt = tokenize(loaded, &prompt_text, None);
 
         let mut f = SamplingFields::new(FieldNames::RESPONSES, req.max_output_tokens);
@@ -129,7 +129,7 @@ impl GenerationEndpoint for Responses {
             Responses {
                 echo,
                 conversation,
-                tool_format: setup.as_ref().map(|t| t.format),
+                tools: setup,
                 prompt_text,
             },
         ))
@@ -138,7 +138,7 @@ impl GenerationEndpoint for Responses {
     fn formatter(self, state: &AppState, _: &ValidRequest, _choices: usize) -> Formatter {
         let output = ChoiceOutput::new(
             state.config().reasoning_parser,
-            self.tool_format,
+            self.tools.as_ref(),
             &self.prompt_text,
         )
         .single_call(!self.echo.parallel_tool_calls);
