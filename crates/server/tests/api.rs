@@ -564,3 +564,39 @@ async fn template_options_prompt_logprobs_and_tokenize_content() {
     bad["metadata"] = json!({"n": 1});
     expect_error("/v1/chat/completions", bad, 400, Some("metadata")).await;
 }
+
+/// vLLM's `prompt_logprobs` on completions: per choice, `null` first, then each prompt token's
+/// entry; streamed on the first chunk; the same when asked through the stream.
+#[tokio::test]
+async fn completions_prompt_logprobs() {
+    let s = server();
+    let c = client();
+    let prompt = "The capital of France is";
+    let (_, t) = post(&c, &s.url("/tokenize"), &json!({"prompt": prompt})).await;
+    let ids = t["tokens"].as_array().unwrap().clone();
+    let body = json!({"model": MODEL, "prompt": prompt, "max_tokens": 2, "temperature": 0,
+                      "prompt_logprobs": 1});
+    let (st, v) = post(&c, &s.url("/v1/completions"), &body).await;
+    assert_eq!(st, 200, "{v}");
+    let plp = v["choices"][0]["prompt_logprobs"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(plp.len(), ids.len(), "{v}");
+    assert!(plp[0].is_null());
+    for (pos, e) in plp.iter().enumerate().skip(1) {
+        assert!(e.get(ids[pos].to_string()).is_some(), "{e}");
+    }
+    let mut sbody = body.clone();
+    sbody["stream"] = json!(true);
+    let (_, events) = post_stream(&c, &s.url("/v1/completions"), &sbody).await;
+    let first = chunks(&events)
+        .into_iter()
+        .find_map(|ch| ch["choices"][0].get("prompt_logprobs").cloned())
+        .unwrap();
+    assert_eq!(first.as_array().unwrap(), &plp, "streamed prompt_logprobs");
+    let mut both = body.clone();
+    both["echo"] = json!(true);
+    both["logprobs"] = json!(2);
+    expect_error("/v1/completions", both, 400, Some("prompt_logprobs")).await;
+}
