@@ -5,14 +5,20 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/fetch-models.sh
-# The official `openai` Python client, for crates/server/tests/openai_conformance.rs.
-# Idempotent (a no-op once installed); tries a plain install, then the forms that
-# externally-managed (PEP 668) or read-only Pythons need.
-openai_pin='openai>=1.50,<2'
-pip_install() { PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --disable-pip-version-check "$@" "$openai_pin"; }
-openai_ok='import openai, sys; v = tuple(map(int, openai.__version__.split(".")[:2])); sys.exit(not (1, 50) <= v < (2, 0))'
-python3 -c "$openai_ok" 2>/dev/null || pip_install 2>/dev/null || pip_install --user 2>/dev/null ||
-  pip_install --break-system-packages 2>/dev/null || pip_install --user --break-system-packages
+# The official Python SDKs the conformance tests drive: `openai` (crates/server/tests/
+# openai_conformance.rs, front_apis.rs) and `anthropic` (front_apis.rs). Idempotent (a no-op
+# once installed); tries a plain install, then the forms that externally-managed (PEP 668)
+# or read-only Pythons need.
+pip_install() { PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --disable-pip-version-check "$@"; }
+ensure_py() { # ensure_py PIN CHECK
+  python3 -c "$2" 2>/dev/null || pip_install "$1" 2>/dev/null || pip_install --user "$1" 2>/dev/null ||
+    pip_install --break-system-packages "$1" 2>/dev/null || pip_install --user --break-system-packages "$1"
+}
+version_in() { # version_in MODULE LOW HIGH: a check that MODULE's major.minor is in [LOW, HIGH)
+  echo "import $1, sys; v = tuple(map(int, $1.__version__.split('.')[:2])); sys.exit(not $2 <= v < $3)"
+}
+ensure_py 'openai>=1.50,<2' "$(version_in openai '(1, 50)' '(2, 0)')"
+ensure_py 'anthropic>=0.50,<3' "$(version_in anthropic '(0, 50)' '(3, 0)')"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked

@@ -157,6 +157,7 @@ fn stream(m: Arc<Mock>, job: Job) -> Response {
                         logprobs: None,
                         finish_reason: finish,
                         stop_reason: None,
+                        prompt_logprobs: None,
                     }],
                 };
                 serde_json::to_value(CompletionStreamChunk {

@@ -252,11 +252,44 @@ impl ChatTemplate {
         )
     }
 
+    /// [`ChatTemplate::render_json`] with extra template variables (vLLM's
+    /// `chat_template_kwargs`, e.g. `enable_thinking`); they never replace the standard ones
+    /// (`messages`, `tools`, `add_generation_prompt`, `bos_token`, `eos_token`).
+    pub fn render_json_with(
+        &self,
+        messages: &serde_json::Value,
+        tools: Option<&serde_json::Value>,
+        add_generation_prompt: bool,
+        extra: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<String, TemplateError> {
+        self.render_full(
+            Value::from(Serde(messages)),
+            tools.map(|t| Value::from(Serde(t))),
+            add_generation_prompt,
+            Value::from(Serde(extra)),
+        )
+    }
+
     fn render_value(
         &self,
         messages: Value,
         tools: Option<Value>,
         add_generation_prompt: bool,
+    ) -> Result<String, TemplateError> {
+        self.render_full(
+            messages,
+            tools,
+            add_generation_prompt,
+            Value::from(Serde(serde_json::Map::new())),
+        )
+    }
+
+    fn render_full(
+        &self,
+        messages: Value,
+        tools: Option<Value>,
+        add_generation_prompt: bool,
+        extra: Value,
     ) -> Result<String, TemplateError> {
         let err = |e: Error| TemplateError::Render {
             source_kind: self.source,
@@ -269,6 +302,7 @@ impl ChatTemplate {
             add_generation_prompt => add_generation_prompt,
             bos_token => self.bos_token.as_str(),
             eos_token => self.eos_token.as_str(),
+            ..extra
         };
         template.render(ctx).map_err(err)
     }
@@ -375,6 +409,23 @@ mod tests {
 
     fn render(template: &str, messages: &[ChatMessage]) -> Result<String, TemplateError> {
         ChatTemplate::new(template, TemplateSource::User, "<s>", "</s>")?.render(messages, true)
+    }
+
+    #[test]
+    fn extra_variables_reach_the_template_but_never_replace_the_standard_ones() {
+        let t = ChatTemplate::new(
+            "{{ enable_thinking }}/{{ messages | length }}/{{ add_generation_prompt }}",
+            TemplateSource::User,
+            "",
+            "",
+        )
+        .unwrap();
+        let msgs = serde_json::json!([{"role": "user", "content": "Hi"}]);
+        let extra = serde_json::json!({"enable_thinking": false, "messages": [1, 2, 3]});
+        let out = t
+            .render_json_with(&msgs, None, true, extra.as_object().unwrap())
+            .unwrap();
+        assert_eq!(out, "False/1/True", "Python spelling, as jinja2 writes it");
     }
 
     #[test]

@@ -67,6 +67,10 @@ pub struct ServeArgs {
     /// (requests with `tools` get 400). See docs/tool-calling.md.
     #[arg(long, env = "PAGODA_TOOL_CALL_PARSER", default_value = "auto")]
     tool_call_parser: ToolParserChoice,
+    /// A Jinja chat template to use instead of the model's: a file, or the template itself
+    /// (text containing `{{` or `{%` that names no file).
+    #[arg(long, env = "PAGODA_CHAT_TEMPLATE")]
+    chat_template: Option<String>,
     /// Split `<think>...</think>` into `reasoning_content`: `think` or `none`.
     #[arg(long, env = "PAGODA_REASONING_PARSER", default_value = "none")]
     reasoning_parser: ReasoningParser,
@@ -90,6 +94,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_else(|| "pagoda".to_owned()),
     };
+    let chat_template = match args.chat_template {
+        Some(t) => Some(read_template(&t)?),
+        None => None,
+    };
     let config = ServerConfig {
         served_model_name,
         api_key: args.api_key.filter(|k| !k.is_empty()),
@@ -103,6 +111,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         keep_alive_timeout,
         tool_call_parser: args.tool_call_parser,
         reasoning_parser: args.reasoning_parser,
+        chat_template,
         ..ServerConfig::default()
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -174,4 +183,17 @@ async fn shutdown_signal() {
         () = term => {},
     }
     eprintln!("pagoda: shutting down, draining in-flight requests");
+}
+
+/// `--chat-template`: a file's text, or the argument itself when it is a template (as vLLM).
+fn read_template(arg: &str) -> anyhow::Result<String> {
+    let path = std::path::Path::new(arg);
+    if path.is_file() {
+        return std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the chat template {}", path.display()));
+    }
+    if arg.contains("{{") || arg.contains("{%") {
+        return Ok(arg.to_owned());
+    }
+    anyhow::bail!("--chat-template: {arg:?} is neither a file nor a Jinja template")
 }

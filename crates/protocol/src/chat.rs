@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::common::{FinishReason, Stop, StopReason, StreamOptions, Usage};
+use crate::common::{FinishReason, PromptLogprobs, Stop, StopReason, StreamOptions, Usage};
 
 /// Author of a chat message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -359,6 +359,9 @@ pub struct ChatCompletionResponse {
     /// OpenAI: the tier that served the request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_tier: Option<String>,
+    /// vLLM: per prompt token (the first is `null`), its logprob and the top alternatives.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_logprobs: Option<Vec<Option<PromptLogprobs>>>,
 }
 
 impl ChatCompletionResponse {

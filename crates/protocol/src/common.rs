@@ -37,6 +37,21 @@ pub struct PromptTokensDetails {
     pub cached_tokens: u32,
 }
 
+/// One prompt position of vLLM's `prompt_logprobs`: token id (as a string key) -> its entry;
+/// holds the prompt's own token and the most likely alternatives.
+pub type PromptLogprobs = std::collections::BTreeMap<String, PromptLogprob>;
+
+/// An entry of [`PromptLogprobs`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PromptLogprob {
+    /// Natural log of its probability at that position.
+    pub logprob: f32,
+    /// 1-based rank among all tokens.
+    pub rank: u32,
+    /// The token's text.
+    pub decoded_token: String,
+}
+
 /// `stream_options` of a streaming request.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct StreamOptions {

@@ -9,7 +9,7 @@ use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
-use crate::common::{FinishReason, Prompt, Stop, StopReason, StreamOptions, Usage};
+use crate::common::{FinishReason, Prompt, PromptLogprobs, Stop, StopReason, StreamOptions, Usage};
 
 /// Body of `POST /v1/completions`.
 ///
@@ -164,6 +164,10 @@ pub struct CompletionChoice {
     /// vLLM: the stop string or token that matched.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_reason: Option<StopReason>,
+    /// vLLM: per prompt token (the first is `null`), its logprob and the top alternatives; in a
+    /// stream, on the choice's first chunk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_logprobs: Option<Vec<Option<PromptLogprobs>>>,
 }
 
 /// One SSE chunk of a streaming completion. Same shape as [`CompletionResponse`]; the final

@@ -1,17 +1,19 @@
-//! OpenAI-compatible wire types shared by the server, the router and the bench client: request
-//! and response bodies (serde only, no validation), SSE framing and an incremental SSE parser,
-//! and the OpenAI error body.
+//! Wire types shared by the server, the router and the bench client: request and response
+//! bodies of the OpenAI APIs (chat, completions, responses) and of Anthropic's Messages API
+//! (serde only, no validation), SSE framing and an incremental SSE parser, and the error bodies.
 //!
 //! Requests keep unknown keys in an `extra` map instead of rejecting them at parse time, so the
 //! server can answer 400 naming the exact field. Responses serialize like OpenAI's: fields that
 //! OpenAI sends as `null` are kept, fields it omits are skipped when `None`.
 #![deny(missing_docs)]
 
+pub mod anthropic;
 pub mod chat;
 pub mod common;
 pub mod completions;
 pub mod error;
 pub mod models;
+pub mod responses;
 pub mod sse;
 pub mod tokenize;
 
@@ -21,7 +23,8 @@ pub use chat::{
     FunctionCall, FunctionCallDelta, MessageContent, Role, ToolCall, ToolCallDelta, TopLogprob,
 };
 pub use common::{
-    FinishReason, Prompt, PromptTokensDetails, Stop, StopReason, StreamOptions, Usage,
+    FinishReason, Prompt, PromptLogprob, PromptLogprobs, PromptTokensDetails, Stop, StopReason,
+    StreamOptions, Usage,
 };
 pub use completions::{
     CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse,

@@ -44,6 +44,13 @@ pub fn encode_named(event: &str, data: &str) -> String {
     out
 }
 
+/// Frame a JSON value as one event named `event` (Anthropic's and the Responses API's streams
+/// name every event).
+pub fn encode_event<T: Serialize>(event: &str, value: &T) -> Result<String, serde_json::Error> {
+    let json = serde_json::to_string(value)?;
+    Ok(format!("event: {event}\ndata: {json}\n\n"))
+}
+
 /// One dispatched event.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SseEvent {

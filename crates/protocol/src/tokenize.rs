@@ -1,12 +1,12 @@
-//! vLLM's `/tokenize` and `/detokenize` bodies. `/tokenize` takes either a `prompt` (completions
-//! style) or `messages` (chat style, rendered through the chat template).
+//! vLLM's `/tokenize` and `/detokenize` bodies. `/tokenize` takes a `prompt` (completions
+//! style), llama.cpp's `content`, or `messages` (chat style, rendered through the chat template).
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::chat::ChatMessage;
 
-/// Body of `POST /tokenize`: exactly one of `prompt` and `messages`.
+/// Body of `POST /tokenize`: exactly one of `prompt`, `content` and `messages`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TokenizeRequest {
     /// Model id (optional with one model).
@@ -15,18 +15,25 @@ pub struct TokenizeRequest {
     /// Text to tokenize.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt: Option<String>,
+    /// llama.cpp's name for the text to tokenize (special tokens off by default, as there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
     /// A conversation to render with the chat template, then tokenize.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub messages: Option<Vec<ChatMessage>>,
-    /// Add BOS and other special tokens (vLLM default: true for `prompt`, false for `messages`).
+    /// Add BOS and other special tokens (default: true for `prompt`, false for `content`; for
+    /// `messages`, only when the template did not write the BOS itself).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub add_special_tokens: Option<bool>,
     /// With `messages`: end with the assistant header (default true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub add_generation_prompt: Option<bool>,
-    /// With `messages`: continue the final message.
+    /// With `messages`: end with the final (assistant) message open, to be continued.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub continue_final_message: Option<bool>,
+    /// With `messages`: extra variables for the chat template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chat_template_kwargs: Option<Map<String, Value>>,
     /// Also return each token's text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub return_token_strs: Option<bool>,

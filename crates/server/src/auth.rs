@@ -9,9 +9,10 @@ use axum::extract::{Request, State};
 use axum::http::HeaderMap;
 use axum::http::header::AUTHORIZATION;
 use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 
 use crate::error::ApiError;
+use crate::error_shape::ErrorShape;
 use crate::state::AppState;
 
 /// Equality whose time depends only on the lengths, not on where the bytes differ.
@@ -54,23 +55,25 @@ pub fn tenant_salt(key: &str) -> String {
 #[derive(Clone)]
 pub struct Caller(pub std::sync::Arc<crate::tenants::TenantState>);
 
-/// The key a request presents: `Authorization: Bearer <key>`.
+/// The key a request presents: `Authorization: Bearer <key>`, or Anthropic's `x-api-key`.
 fn presented_key(headers: &HeaderMap) -> Option<&str> {
-    headers
+    let bearer = headers
         .get(AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let x_api_key = || headers.get("x-api-key").and_then(|v| v.to_str().ok());
+    bearer.or_else(x_api_key).map(str::trim)
 }
 
-fn refused(state: &AppState, given: Option<&str>) -> Response {
+/// The 401, in the error body of the API called.
+fn refused(state: &AppState, given: Option<&str>, path: &str) -> Response {
     state.metrics().count_rejected("unauthorized");
     let msg = if given.is_none() {
-        "missing API key: send `Authorization: Bearer <key>`"
+        "missing API key: send `Authorization: Bearer <key>` or `x-api-key: <key>`"
     } else {
         "incorrect API key"
     };
-    ApiError::unauthorized(msg).into_response()
+    ErrorShape::for_path(path).response(ApiError::unauthorized(msg))
 }
 
 /// Middleware: with keys configured, requires a known key and files the request under its
@@ -80,7 +83,7 @@ pub async fn require_key(State(state): State<AppState>, mut req: Request, next: 
     if tenants.required() {
         let given = presented_key(req.headers());
         let Some(tenant) = given.and_then(|k| tenants.resolve(k)) else {
-            return refused(&state, given);
+            return refused(&state, given, req.uri().path());
         };
         tracing::Span::current().record("tenant", tenant.name.as_str());
         req.extensions_mut().insert(Caller(tenant));
@@ -98,7 +101,7 @@ pub async fn require_metrics_key(
         let given = presented_key(req.headers());
         let ok = given.is_some_and(|g| constant_time_eq(&key_digest(g), expected));
         if !ok {
-            return refused(&state, given);
+            return refused(&state, given, req.uri().path());
         }
     }
     next.run(req).await

@@ -24,6 +24,15 @@ impl WireRequest for pagoda_protocol::CompletionRequest {
 impl WireRequest for pagoda_protocol::ChatCompletionRequest {
     const MINIMAL: &'static str = r#"{"model":"m","messages":[]}"#;
 }
+impl WireRequest for pagoda_protocol::anthropic::MessagesRequest {
+    const MINIMAL: &'static str = r#"{"model":"m","messages":[],"max_tokens":1}"#;
+}
+impl WireRequest for pagoda_protocol::anthropic::CountTokensRequest {
+    const MINIMAL: &'static str = r#"{"model":"m","messages":[]}"#;
+}
+impl WireRequest for pagoda_protocol::responses::ResponsesRequest {
+    const MINIMAL: &'static str = r#"{"model":"m"}"#;
+}
 impl WireRequest for pagoda_protocol::TokenizeRequest {
     const MINIMAL: &'static str = "{}";
 }
@@ -100,6 +109,14 @@ fn explain(e: &serde_json::Error) -> String {
         (
             "enum MessageContent",
             "expected a string or an array of content parts",
+        ),
+        (
+            "enum BlockContent",
+            "expected a string or an array of content blocks",
+        ),
+        (
+            "enum ResponseInput",
+            "expected a string or an array of input items",
         ),
     ];
     for (needle, text) in shapes {

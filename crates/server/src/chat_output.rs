@@ -2,12 +2,11 @@
 //! (the request's tool format) out of what remains, incrementally for streams. Calls get their
 //! `call_...` ids here.
 
-use pagoda_frontend::{
-    ReasoningParser, ReasoningStream, ToolCallFormat, ToolCallStream, ToolEvent,
-};
+use pagoda_frontend::{ReasoningParser, ReasoningStream, ToolCallStream, ToolEvent};
 use pagoda_protocol::ToolCall;
 
 use crate::routes::random_id;
+use crate::tools::ToolSetup;
 
 /// What one piece of text turned into.
 #[derive(Debug, Default)]
@@ -32,21 +31,27 @@ pub struct ChoiceOutput {
     reasoning: Option<ReasoningStream>,
     tools: Option<ToolCallStream>,
     num_calls: usize,
+    /// `parallel_tool_calls: false`: the reply ends at its first call; later calls and text
+    /// are dropped.
+    single_call: bool,
 }
 
 impl ChoiceOutput {
     /// `prompt_text`: the rendered prompt (a template may open the `<think>` block itself).
-    pub fn new(
-        reasoning: ReasoningParser,
-        tools: Option<ToolCallFormat>,
-        prompt_text: &str,
-    ) -> Self {
+    pub fn new(reasoning: ReasoningParser, tools: Option<&ToolSetup>, prompt_text: &str) -> Self {
         Self {
             reasoning: (reasoning == ReasoningParser::Think)
                 .then(|| ReasoningStream::new(ReasoningStream::prompt_opens_thinking(prompt_text))),
-            tools: tools.map(ToolCallStream::new),
+            tools: tools.map(ToolSetup::call_stream),
             num_calls: 0,
+            single_call: false,
         }
+    }
+
+    /// At most one call per reply (`parallel_tool_calls: false`).
+    pub fn single_call(mut self, single: bool) -> Self {
+        self.single_call = single;
+        self
     }
 
     pub fn push(&mut self, text: &str) -> Split {
@@ -101,6 +106,9 @@ impl ChoiceOutput {
     fn events(&mut self, events: Vec<ToolEvent>) -> Split {
         let mut split = Split::default();
         for e in events {
+            if self.single_call && self.num_calls > 0 {
+                break;
+            }
             match e {
                 ToolEvent::Content(t) => split.content.push_str(&t),
                 ToolEvent::Call { index, call } => {

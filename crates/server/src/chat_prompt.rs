@@ -1,6 +1,7 @@
 //! Chat messages -> prompt tokens: checks each message (roles, text-only content parts, no
-//! unknown keys), renders the chat template over OpenAI-shaped JSON, and tokenizes. Shared by
-//! `/v1/chat/completions` and `/tokenize`, so their token counts agree.
+//! unknown keys), renders the chat template over OpenAI-shaped JSON (with the request's
+//! template variables, or the final message left open to continue), and tokenizes. Shared by
+//! every chat-shaped API and `/tokenize`, so their token counts agree.
 
 use pagoda_protocol::{ChatMessage, MessageContent, Role};
 use serde_json::{Map, Value, json};
@@ -9,15 +10,69 @@ use crate::state::Loaded;
 use crate::tools::ToolSetup;
 use crate::validation_error::ValidationError;
 
+/// How a conversation is rendered (vLLM's request fields).
+#[derive(Clone, Copy, Debug)]
+pub struct PromptOptions<'a> {
+    /// End with the assistant-turn opener.
+    pub add_generation_prompt: bool,
+    /// Leave the final (assistant) message open: the reply continues it.
+    pub continue_final_message: bool,
+    /// Extra template variables (`chat_template_kwargs`).
+    pub kwargs: Option<&'a Map<String, Value>>,
+}
+
+impl<'a> PromptOptions<'a> {
+    /// A new assistant turn, the model's own template variables.
+    pub const NEW_TURN: Self = Self {
+        add_generation_prompt: true,
+        continue_final_message: false,
+        kwargs: None,
+    };
+
+    /// From the request's fields: `add_generation_prompt` defaults to true unless the final
+    /// message is continued, and both at once are refused (as vLLM does).
+    pub fn new(
+        add_generation_prompt: Option<bool>,
+        continue_final_message: Option<bool>,
+        kwargs: Option<&'a Map<String, Value>>,
+    ) -> Result<Self, ValidationError> {
+        let continue_final = continue_final_message.unwrap_or(false);
+        if continue_final && add_generation_prompt == Some(true) {
+            return Err(ValidationError::Conflict {
+                field: "continue_final_message",
+                with: "`add_generation_prompt: true`",
+            });
+        }
+        if let Some(k) = kwargs.and_then(|k| {
+            k.keys().find(|k| {
+                matches!(
+                    k.as_str(),
+                    "messages" | "tools" | "add_generation_prompt" | "bos_token" | "eos_token"
+                )
+            })
+        }) {
+            return Err(ValidationError::rule(
+                format!("chat_template_kwargs.{k}"),
+                format!("`{k}` is set by the request itself, not by `chat_template_kwargs`"),
+            ));
+        }
+        Ok(Self {
+            add_generation_prompt: add_generation_prompt.unwrap_or(!continue_final),
+            continue_final_message: continue_final,
+            kwargs: kwargs.filter(|k| !k.is_empty()),
+        })
+    }
+}
+
 /// The prompt tokens of `messages`. `add_special_tokens: None` adds the BOS only when the
 /// template did not already write it (HF templates that start with `{{ bos_token }}` do).
 pub fn chat_prompt(
     loaded: &Loaded,
     messages: &[ChatMessage],
-    add_generation_prompt: bool,
+    opts: &PromptOptions<'_>,
     add_special_tokens: Option<bool>,
 ) -> Result<Vec<u32>, ValidationError> {
-    let text = render(loaded, messages, add_generation_prompt, None)?;
+    let text = render(loaded, messages, opts, None)?;
     Ok(tokenize(loaded, &text, add_special_tokens))
 }
 
@@ -35,7 +90,7 @@ pub fn tokenize(loaded: &Loaded, text: &str, add_special_tokens: Option<bool>) -
 pub fn render(
     loaded: &Loaded,
     messages: &[ChatMessage],
-    add_generation_prompt: bool,
+    opts: &PromptOptions<'_>,
     tools: Option<&ToolSetup>,
 ) -> Result<String, ValidationError> {
     if messages.is_empty() {
@@ -53,16 +108,55 @@ pub fn render(
         Some(t) => (t.adapt_messages(list), t.template_tools()),
         None => (list, None),
     };
-    loaded
+    let final_text = match (opts.continue_final_message, messages.last()) {
+        (false, _) => None,
+        (true, Some(m)) if m.role == Role::Assistant => {
+            let text = m
+                .content
+                .as_ref()
+                .map(|c| content_text(messages.len() - 1, c))
+                .transpose()?
+                .unwrap_or_default();
+            if text.is_empty() {
+                return Err(ValidationError::rule(
+                    "continue_final_message",
+                    "`continue_final_message` needs a final assistant message with text",
+                ));
+            }
+            Some(text)
+        }
+        (true, _) => {
+            return Err(ValidationError::rule(
+                "continue_final_message",
+                "`continue_final_message` needs the final message to be the assistant's",
+            ));
+        }
+    };
+    let messages_json = Value::Array(list);
+    let no_kwargs = Map::new();
+    let rendered = loaded
         .template
-        .render_json(
-            &Value::Array(list),
+        .render_json_with(
+            &messages_json,
             template_tools.as_ref(),
-            add_generation_prompt,
+            opts.add_generation_prompt,
+            opts.kwargs.unwrap_or(&no_kwargs),
         )
         .map_err(|e| {
             ValidationError::rule("messages", format!("cannot apply the chat template: {e}"))
-        })
+        })?;
+    match final_text {
+        // Cut what the template writes after the final message (its end-of-turn), so the
+        // reply continues the message (vLLM does the same).
+        Some(text) => match rendered.rfind(&text) {
+            Some(at) => Ok(rendered[..at + text.len()].to_owned()),
+            None => Err(ValidationError::rule(
+                "continue_final_message",
+                "the chat template does not write the final message's text as given",
+            )),
+        },
+        None => Ok(rendered),
+    }
 }
 
 /// The text of a message's content: a string, or its text parts joined with newlines (vLLM's

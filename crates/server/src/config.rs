@@ -41,6 +41,12 @@ pub struct ServerConfig {
     pub tool_call_parser: ToolParserChoice,
     /// Splits `<think>` reasoning from the content of chat answers.
     pub reasoning_parser: ReasoningParser,
+    /// A Jinja chat template replacing the model's (`--chat-template`).
+    pub chat_template: Option<String>,
+    /// The Responses API's store keeps at most this many responses (the oldest go first).
+    pub response_store_entries: usize,
+    /// ... each for at most this long.
+    pub response_store_max_age: Duration,
 }
 
 impl Default for ServerConfig {
@@ -60,6 +66,9 @@ impl Default for ServerConfig {
             output_buffer: 1024,
             tool_call_parser: ToolParserChoice::Auto,
             reasoning_parser: ReasoningParser::None,
+            chat_template: None,
+            response_store_entries: 1024,
+            response_store_max_age: Duration::from_secs(3600),
         }
     }
 }

@@ -50,6 +50,95 @@ pub fn compile(
         })
 }
 
+/// The one constraint of a reply, compiled: a requested format (`field` names where it came
+/// from) or the tools' grammar, never both. Every API (chat, Messages, Responses) ends here.
+pub fn reply(
+    loaded: &Loaded,
+    requested: Option<(Constraint, &'static str)>,
+    tools: Option<&crate::tools::ToolSetup>,
+) -> Result<Option<ConstraintRef>, ValidationError> {
+    let tool_constraint = match tools {
+        Some(t) => t.constraint()?,
+        None => None,
+    };
+    match (requested, tool_constraint) {
+        (Some((_, field)), Some(_)) => Err(ValidationError::Conflict {
+            field: "tool_choice",
+            with: match field {
+                "text.format" => "`text.format` (when it constrains the reply)",
+                _ => "`response_format` or `structured_outputs` (when it constrains the reply)",
+            },
+        }),
+        (Some((c, field)), None) => Ok(Some(compile(loaded, c, field)?)),
+        (None, Some(c)) => Ok(Some(compile(loaded, c, "tools")?)),
+        (None, None) => Ok(None),
+    }
+}
+
+/// A json_schema format's body (`{name, schema, strict, description}`) at `field`: the
+/// Responses API's `text.format` has it inline, chat's `response_format` under `json_schema`.
+fn json_schema_format(
+    js: &serde_json::Map<String, Value>,
+    field: &str,
+    allowed: &[&str],
+) -> Result<Constraint, ValidationError> {
+    if let Some(k) = js.keys().find(|k| !allowed.contains(&k.as_str())) {
+        return Err(ValidationError::UnknownField {
+            field: format!("{field}.{k}"),
+        });
+    }
+    if js.get("name").is_some_and(|n| !n.is_string()) {
+        return Err(ValidationError::invalid(
+            format!("{field}.name"),
+            "a string",
+        ));
+    }
+    match js.get("schema") {
+        Some(s @ (Value::Object(_) | Value::Bool(_))) => Ok(Constraint::JsonSchema(s.to_string())),
+        // OpenAI: a missing schema means any JSON object.
+        None => Ok(Constraint::JsonObject),
+        Some(_) => Err(ValidationError::invalid(
+            format!("{field}.schema"),
+            "a JSON schema object",
+        )),
+    }
+}
+
+/// The Responses API's `text`: `{"format": {"type": "text" | "json_object"}}` or
+/// `{"format": {"type": "json_schema", "name", "schema", "strict"}}`.
+pub fn from_text_config(
+    text: &serde_json::Map<String, Value>,
+) -> Result<Option<Constraint>, ValidationError> {
+    if let Some(k) = text.keys().find(|k| k.as_str() != "format") {
+        return Err(ValidationError::unsupported(
+            format!("text.{k}"),
+            "only `text.format` is supported",
+        ));
+    }
+    let Some(format) = text.get("format") else {
+        return Ok(None);
+    };
+    let obj = format
+        .as_object()
+        .ok_or_else(|| ValidationError::invalid("text.format", "an object"))?;
+    match obj.get("type").and_then(Value::as_str) {
+        Some("text") => Ok(None),
+        Some("json_object") => Ok(Some(Constraint::JsonObject)),
+        Some("json_schema") => json_schema_format(
+            obj,
+            "text.format",
+            &["type", "name", "schema", "strict", "description"],
+        )
+        .map(Some),
+        Some(other) => Err(ValidationError::invalid_value(
+            "text.format.type",
+            "\"text\", \"json_object\" or \"json_schema\"",
+            format!("{other:?}"),
+        )),
+        None => Err(ValidationError::invalid("text.format.type", "a string")),
+    }
+}
+
 /// `{"type": "text" | "json_object" | "json_schema", "json_schema": {name, schema, strict}}`.
 fn from_response_format(f: &Value) -> Result<Option<Constraint>, ValidationError> {
     let field = "response_format";
@@ -81,31 +170,12 @@ fn from_response_format(f: &Value) -> Result<Option<Constraint>, ValidationError
                         "an object with a `schema`",
                     )
                 })?;
-            if let Some(k) = js
-                .keys()
-                .find(|k| !matches!(k.as_str(), "name" | "schema" | "strict" | "description"))
-            {
-                return Err(ValidationError::UnknownField {
-                    field: format!("response_format.json_schema.{k}"),
-                });
-            }
-            if js.get("name").is_some_and(|n| !n.is_string()) {
-                return Err(ValidationError::invalid(
-                    "response_format.json_schema.name",
-                    "a string",
-                ));
-            }
-            match js.get("schema") {
-                Some(s @ (Value::Object(_) | Value::Bool(_))) => {
-                    Ok(Some(Constraint::JsonSchema(s.to_string())))
-                }
-                // OpenAI: a missing schema means any JSON object.
-                None => Ok(Some(Constraint::JsonObject)),
-                Some(_) => Err(ValidationError::invalid(
-                    "response_format.json_schema.schema",
-                    "a JSON schema object",
-                )),
-            }
+            json_schema_format(
+                js,
+                "response_format.json_schema",
+                &["name", "schema", "strict", "description"],
+            )
+            .map(Some)
         }
         other => Err(ValidationError::invalid_value(
             "response_format.type",

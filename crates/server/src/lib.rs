@@ -13,14 +13,20 @@ pub mod config;
 mod constraints;
 mod cors;
 pub mod error;
+mod error_shape;
 mod generation;
 mod http_server;
 mod logprobs;
+mod messages_input;
+mod messages_output;
 pub mod metrics;
 pub mod model_loader;
 pub mod otlp;
 pub mod request_id;
 mod request_trace;
+mod response_store;
+mod responses_input;
+mod responses_output;
 mod routes;
 mod spec_metrics;
 pub mod state;
@@ -63,6 +69,22 @@ pub fn app(state: AppState) -> Router {
         .route(
             "/v1/chat/completions",
             post(routes::generate::<routes::chat::Chat>),
+        )
+        .route(
+            "/v1/messages",
+            post(routes::generate::<routes::messages::Messages>),
+        )
+        .route(
+            "/v1/messages/count_tokens",
+            post(routes::messages::count_tokens),
+        )
+        .route(
+            "/v1/responses",
+            post(routes::generate::<routes::responses::Responses>),
+        )
+        .route(
+            "/v1/responses/{id}",
+            get(routes::responses::get).delete(routes::responses::delete),
         )
         .route("/v1/models", get(routes::models::models))
         .route("/tokenize", post(routes::tokenize::tokenize))

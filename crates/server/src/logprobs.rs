@@ -5,7 +5,8 @@
 use pagoda_core::PositionLogprobs;
 use pagoda_frontend::Tokenizer;
 use pagoda_protocol::{
-    ChatLogprobs, ChatTokenLogprob, CompletionLogprobs, TopLogprob, TopLogprobMap,
+    ChatLogprobs, ChatTokenLogprob, CompletionLogprobs, PromptLogprob, PromptLogprobs, TopLogprob,
+    TopLogprobMap,
 };
 
 use crate::generation::token_text;
@@ -50,6 +51,39 @@ pub fn echo_completion(
     out.token_logprobs.push(None);
     out.top_logprobs.push(None);
     extend_completion(out, tokenizer, prompt_logprobs, offset);
+}
+
+/// vLLM's `prompt_logprobs` of a prompt: `null` for the first token (nothing precedes it),
+/// then per position the prompt's token (its logprob and rank) and the top alternatives.
+pub fn prompt(
+    tokenizer: &Tokenizer,
+    positions: &[PositionLogprobs],
+) -> Vec<Option<PromptLogprobs>> {
+    let mut out = Vec::with_capacity(positions.len() + 1);
+    out.push(None);
+    for p in positions {
+        let mut map = PromptLogprobs::new();
+        for (rank, t) in p.top.iter().enumerate() {
+            map.insert(
+                t.token_id.to_string(),
+                PromptLogprob {
+                    logprob: t.logprob,
+                    rank: rank as u32 + 1,
+                    decoded_token: token_text(tokenizer, t.token_id).0,
+                },
+            );
+        }
+        map.insert(
+            p.token_id.to_string(),
+            PromptLogprob {
+                logprob: p.logprob,
+                rank: p.rank,
+                decoded_token: token_text(tokenizer, p.token_id).0,
+            },
+        );
+        out.push(Some(map));
+    }
+    out
 }
 
 /// Chat-form logprobs of `positions`.

@@ -20,6 +20,7 @@ use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::model_loader::{LoadError, LoadOptions, load_engine};
 use crate::otlp::{OtlpError, OtlpExporter};
+use crate::response_store::ResponseStore;
 use crate::tenants::{KeysFileError, Reloaded, Tenants};
 
 /// The model side of the server, present once loading finished.
@@ -48,6 +49,7 @@ struct Inner {
     tenants: Tenants,
     metrics_key: Option<[u8; 16]>,
     otlp: Option<Arc<OtlpExporter>>,
+    responses: ResponseStore,
 }
 
 /// A configuration the server cannot start with.
@@ -99,6 +101,7 @@ impl AppState {
         // Only digests of the keys are kept.
         config.api_key = None;
         let metrics_key = config.metrics_api_key.take().map(|k| auth::key_digest(&k));
+        let (entries, max_age) = (config.response_store_entries, config.response_store_max_age);
         let created = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
@@ -113,6 +116,7 @@ impl AppState {
             tenants,
             metrics_key,
             otlp,
+            responses: ResponseStore::new(entries, max_age),
         }))
     }
 
@@ -126,7 +130,7 @@ impl AppState {
             path,
             &LoadOptions {
                 setup,
-                chat_template: None,
+                chat_template: self.0.config.chat_template.as_deref(),
                 output_buffer: self.0.config.output_buffer,
             },
         )?;
@@ -206,6 +210,11 @@ impl AppState {
     /// The digest of `--metrics-api-key`.
     pub fn metrics_key_digest(&self) -> Option<&[u8; 16]> {
         self.0.metrics_key.as_ref()
+    }
+
+    /// The Responses API's stored responses.
+    pub fn responses(&self) -> &ResponseStore {
+        &self.0.responses
     }
 
     /// The model, or 503 while it loads.

@@ -64,8 +64,26 @@ pub trait ChoiceFormatter: Send + 'static {
     /// The events of one update; empty when it adds nothing the client would see.
     fn events(&mut self, update: ChoiceUpdate) -> String;
 
-    /// The final usage chunk (`stream_options.include_usage`).
-    fn usage_event(&self, usage: Usage) -> String;
+    /// The final usage chunk (`stream_options.include_usage`); none by default.
+    fn usage_event(&self, _usage: Usage) -> String {
+        String::new()
+    }
+
+    /// The events after the last update: the usage chunk when asked, then `[DONE]` (the
+    /// OpenAI APIs' ending; Messages and Responses end with their own events).
+    fn closing(&mut self, usage: Usage, include_usage: bool) -> String {
+        let mut out = String::new();
+        if include_usage {
+            out.push_str(&self.usage_event(usage));
+        }
+        out.push_str(&done());
+        out
+    }
+
+    /// A failure after the headers went out, as this API's error event.
+    fn error_event(&self, e: &ApiError) -> String {
+        error(e)
+    }
 
     /// Folds an update into the whole response (non-stream requests).
     fn absorb(&mut self, update: ChoiceUpdate);
@@ -74,8 +92,9 @@ pub trait ChoiceFormatter: Send + 'static {
     fn response(self, usage: Usage) -> Self::Response;
 }
 
-/// The SSE events of a generation: the opening, one event group per update, then the usage
-/// chunk (when asked) and `[DONE]`; an error after the headers is an error event that ends it.
+/// The SSE events of a generation: the opening, one event group per update, then the
+/// formatter's closing (usage chunk when asked, `[DONE]`); an error after the headers is the
+/// formatter's error event, which ends it.
 /// `guard` keeps the request counted in flight until the stream ends or the client goes away.
 pub fn events<F: ChoiceFormatter, G: Send + 'static>(
     generation: Generation,
@@ -109,14 +128,11 @@ pub fn events<F: ChoiceFormatter, G: Send + 'static>(
                                 }
                             }
                             Some(Err(e)) => {
-                                return Some((error(&e), (generation, fmt, Phase::Ended, guard)));
+                                let out = fmt.error_event(&e);
+                                return Some((out, (generation, fmt, Phase::Ended, guard)));
                             }
                             None => {
-                                let mut out = String::new();
-                                if include_usage {
-                                    out.push_str(&fmt.usage_event(generation.usage()));
-                                }
-                                out.push_str(&done());
+                                let out = fmt.closing(generation.usage(), include_usage);
                                 return Some((out, (generation, fmt, Phase::Ended, guard)));
                             }
                         }

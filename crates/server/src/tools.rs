@@ -3,8 +3,10 @@
 //! section when the template ignores them), which grammar constrains the reply (`required`,
 //! a named function, and the generic format's `auto`), and which parser reads the output.
 
-use pagoda_frontend::ToolCallFormat;
-use pagoda_frontend::tool_calls::{generic_history, generic_system_prompt, tool_call_grammar};
+use pagoda_frontend::tool_calls::{
+    DeclaredTools, generic_history, generic_system_prompt, tool_call_grammar,
+};
+use pagoda_frontend::{ToolCallFormat, ToolCallStream};
 use pagoda_structured::Constraint;
 use serde_json::{Map, Value, json};
 
@@ -156,6 +158,23 @@ fn check_tool(i: usize, t: &Value) -> Result<(), ValidationError> {
 }
 
 impl ToolSetup {
+    /// The parser of a reply: the format's markup; under `auto` in a native format (no
+    /// grammar), also a reply that is exactly a bare or fenced call of a declared tool.
+    pub fn call_stream(&self) -> ToolCallStream {
+        let stream = ToolCallStream::new(self.format);
+        if self.choice == ToolChoice::Auto && self.format != ToolCallFormat::Generic {
+            stream.with_bare_calls(DeclaredTools::from_openai(&self.tools))
+        } else {
+            stream
+        }
+    }
+
+    /// Whether the request named the one function to call (OpenAI then reports
+    /// `finish_reason: "stop"`, not `"tool_calls"`).
+    pub fn is_named(&self) -> bool {
+        matches!(self.choice, ToolChoice::Named(_))
+    }
+
     /// The tools for the template's `tools` variable (`None` when they are injected instead).
     pub fn template_tools(&self) -> Option<Value> {
         (!self.inject).then(|| Value::Array(self.tools.clone()))

@@ -14,12 +14,10 @@ use crate::validation_error::{FieldNames, ValidationError};
 
 /// The sampling fields both endpoints share, borrowed from either request type.
 pub struct SamplingFields<'a> {
-    /// Chat (`messages`, `top_logprobs`) or completions (`prompt`, `logprobs`) field names.
-    pub chat: bool,
+    /// The API's names for the prompt, `max_tokens` (the field it came from) and logprobs.
+    pub names: FieldNames,
     /// `None`: fill the context, as vLLM does for chat.
     pub max_tokens: Option<u32>,
-    /// Which field `max_tokens` came from (`max_tokens` or `max_completion_tokens`).
-    pub max_tokens_field: &'static str,
     /// Top alternatives per token, when logprobs were asked for.
     pub logprobs: Option<u32>,
     pub temperature: Option<f32>,
@@ -50,15 +48,13 @@ pub struct SamplingFields<'a> {
 }
 
 /// A [`SamplingFields`] over `$req`, a chat or completions request: the fields both types name
-/// alike are borrowed by name, and the four that differ are given.
+/// alike are borrowed by name, and the three that differ are given.
 macro_rules! sampling_fields {
-    ($req:expr, chat: $chat:expr, max_tokens: $max:expr, max_tokens_field: $field:expr,
-     logprobs: $logprobs:expr $(,)?) => {{
+    ($req:expr, names: $names:expr, max_tokens: $max:expr, logprobs: $logprobs:expr $(,)?) => {{
         let req = $req;
         $crate::validate::SamplingFields {
-            chat: $chat,
+            names: $names,
             max_tokens: $max,
-            max_tokens_field: $field,
             logprobs: $logprobs,
             temperature: req.temperature,
             top_p: req.top_p,
@@ -91,12 +87,73 @@ macro_rules! sampling_fields {
 }
 pub(crate) use sampling_fields;
 
+impl SamplingFields<'_> {
+    /// Nothing set: for APIs (Messages, Responses) that fill in the few fields they have.
+    pub fn new(names: FieldNames, max_tokens: Option<u32>) -> Self {
+        Self {
+            names,
+            max_tokens,
+            logprobs: None,
+            temperature: None,
+            top_p: None,
+            top_k: None,
+            min_p: None,
+            seed: None,
+            presence_penalty: None,
+            frequency_penalty: None,
+            repetition_penalty: None,
+            logit_bias: None,
+            stop_token_ids: None,
+            ignore_eos: None,
+            min_tokens: None,
+            n: None,
+            stop: None,
+            priority: None,
+            cache_salt: None,
+            skip_special_tokens: None,
+            include_stop_str_in_output: None,
+            stream: None,
+            include_usage: None,
+            continuous_usage_stats: None,
+            prompt_logprobs: None,
+            constraint: None,
+        }
+    }
+}
+
 /// The first key the endpoint does not know.
 pub fn reject_unknown(extra: &Map<String, Value>) -> Result<(), ValidationError> {
     match extra.keys().next() {
         Some(k) => Err(ValidationError::UnknownField { field: k.clone() }),
         None => Ok(()),
     }
+}
+
+/// Refuses a key outside `allowed` by name (a `null` is as good as absent).
+pub fn only_keys(
+    b: &Map<String, Value>,
+    field: &str,
+    allowed: &[&str],
+) -> Result<(), ValidationError> {
+    match b
+        .iter()
+        .find(|(k, v)| !v.is_null() && !allowed.contains(&k.as_str()))
+        .map(|(k, _)| k)
+    {
+        Some(k) => Err(ValidationError::unknown(format!("{field}.{k}"))),
+        None => Ok(()),
+    }
+}
+
+/// The string `key` of the JSON object at `field`.
+pub fn str_field<'a>(
+    b: &'a Map<String, Value>,
+    field: &str,
+    key: &str,
+) -> Result<&'a str, ValidationError> {
+    b.get(key)
+        .and_then(Value::as_str)
+        .ok_or_else(|| ValidationError::invalid(format!("{field}.{key}"), "a string"))
 }
 
 /// 404 unless `model` is the served name.
@@ -201,11 +258,7 @@ pub fn build(
     }
     // The tenant's own salt is put in front by `ValidRequest::for_tenant`.
     let cache_salt = f.cache_salt.cloned();
-    let names = FieldNames {
-        prompt: if f.chat { "messages" } else { "prompt" },
-        max_tokens: f.max_tokens_field,
-        logprobs: if f.chat { "top_logprobs" } else { "logprobs" },
-    };
+    let names = f.names;
     let unchecked = Unchecked {
         prompts,
         max_tokens: f.max_tokens,

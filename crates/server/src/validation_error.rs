@@ -29,6 +29,26 @@ impl FieldNames {
         logprobs: "logprobs",
     };
 
+    /// Chat completions, with the field `max_tokens` came from (`max_tokens` or
+    /// `max_completion_tokens`).
+    pub const fn chat(max_tokens: &'static str) -> Self {
+        Self {
+            prompt: "messages",
+            max_tokens,
+            logprobs: "top_logprobs",
+        }
+    }
+
+    /// Anthropic's Messages API.
+    pub const MESSAGES: Self = Self::chat("max_tokens");
+
+    /// The Responses API.
+    pub const RESPONSES: Self = Self {
+        prompt: "input",
+        max_tokens: "max_output_tokens",
+        logprobs: "top_logprobs",
+    };
+
     pub fn rename(&self, engine_field: &'static str) -> &'static str {
         match engine_field {
             "prompt" => self.prompt,
@@ -95,6 +115,12 @@ pub enum ValidationError {
     },
     #[error("The model `{model}` does not exist.")]
     ModelNotFound { model: String },
+    /// The request names something (a stored response, ...) that does not exist: 404.
+    #[error("{message}")]
+    NotFound {
+        field: &'static str,
+        message: String,
+    },
 }
 
 impl ValidationError {
@@ -157,9 +183,10 @@ impl ValidationError {
             | Self::Rule { field, .. }
             | Self::Invalid { field, .. }
             | Self::Constraint { field, .. } => Some(field.clone()),
-            Self::Empty { field } | Self::Conflict { field, .. } | Self::Requires { field, .. } => {
-                Some((*field).to_owned())
-            }
+            Self::Empty { field }
+            | Self::Conflict { field, .. }
+            | Self::Requires { field, .. }
+            | Self::NotFound { field, .. } => Some((*field).to_owned()),
             Self::Template { .. } => Some("messages".to_owned()),
             Self::Engine { error, names, .. } => Some(names.rename(error.field()).to_owned()),
             Self::ModelNotFound { .. } => Some("model".to_owned()),
@@ -175,6 +202,17 @@ impl ValidationError {
             Self::Unsupported { field, why } => ErrorResponse::unsupported_parameter(field, why),
             Self::ModelNotFound { model } => {
                 return ApiError::new(StatusCode::NOT_FOUND, ErrorResponse::model_not_found(model));
+            }
+            Self::NotFound { field, message } => {
+                return ApiError::new(
+                    StatusCode::NOT_FOUND,
+                    ErrorResponse::new(
+                        "invalid_request_error",
+                        message,
+                        Some(field),
+                        Some("not_found"),
+                    ),
+                );
             }
             _ => ErrorResponse::invalid_request(message, field.as_deref()),
         };

@@ -456,3 +456,147 @@ async fn malformed_json_unknown_model_unknown_route_and_context_overflow() {
     .await;
     assert!(msg.contains("1024"), "{msg}");
 }
+
+/// vLLM's and llama.cpp's smaller request fields: `/tokenize` with `content`,
+/// `continue_final_message`, `chat_template_kwargs`, `prompt_logprobs`, `metadata`.
+#[tokio::test]
+async fn template_options_prompt_logprobs_and_tokenize_content() {
+    let s = server();
+    let c = client();
+    let tok = |body: Value| {
+        let c = c.clone();
+        let url = s.url("/tokenize");
+        async move {
+            let (st, v) = post(&c, &url, &body).await;
+            assert_eq!(st, 200, "{body} -> {v}");
+            v["tokens"].as_array().unwrap().clone()
+        }
+    };
+    // llama.cpp's `content`: the same ids as `prompt` without special tokens.
+    let by_content = tok(json!({"content": "Hello there"})).await;
+    let by_prompt = tok(json!({"prompt": "Hello there", "add_special_tokens": false})).await;
+    assert_eq!(by_content, by_prompt);
+    expect_error(
+        "/tokenize",
+        json!({"content": "a", "prompt": "b"}),
+        400,
+        Some("content"),
+    )
+    .await;
+
+    // continue_final_message: the prompt ends with the assistant's text, no end of turn.
+    let msgs = json!([{"role": "user", "content": "Say a color."},
+                      {"role": "assistant", "content": "The sky is"}]);
+    let open = tok(json!({"messages": msgs, "continue_final_message": true})).await;
+    let closed = tok(json!({"messages": msgs, "add_generation_prompt": false})).await;
+    assert!(open.len() < closed.len(), "{open:?} vs {closed:?}");
+    assert_eq!(
+        open[..],
+        closed[..open.len()],
+        "a prefix of the closed turn"
+    );
+    let (st, text) = post(&c, &s.url("/detokenize"), &json!({"tokens": open})).await;
+    assert_eq!(st, 200);
+    assert!(
+        text["prompt"].as_str().unwrap().ends_with("The sky is"),
+        "{text}"
+    );
+    let body = json!({"model": MODEL, "messages": msgs, "continue_final_message": true,
+                      "add_generation_prompt": false, "max_tokens": 4, "temperature": 0});
+    let (st, v) = post(&c, &s.url("/v1/chat/completions"), &body).await;
+    assert_eq!(st, 200, "{v}");
+    let (st, v) = post(
+        &c,
+        &s.url("/tokenize"),
+        &json!({"messages": msgs, "continue_final_message": true, "add_generation_prompt": true}),
+    )
+    .await;
+    assert_eq!(
+        (st, error_of(&v)["param"].clone()),
+        (400, json!("continue_final_message"))
+    );
+
+    // chat_template_kwargs reach the template (SmolLM2's ignores unknown ones), but cannot
+    // replace what the request sets.
+    let body = json!({"model": MODEL, "messages": [{"role": "user", "content": "Hi"}],
+                      "chat_template_kwargs": {"enable_thinking": false}, "max_tokens": 2});
+    let (st, v) = post(&c, &s.url("/v1/chat/completions"), &body).await;
+    assert_eq!(st, 200, "{v}");
+    let mut bad = body.clone();
+    bad["chat_template_kwargs"] = json!({"messages": []});
+    expect_error(
+        "/v1/chat/completions",
+        bad,
+        400,
+        Some("chat_template_kwargs.messages"),
+    )
+    .await;
+
+    // prompt_logprobs: null for the first prompt token, then the prompt's own token at each
+    // position with its rank, plus up to k alternatives.
+    let ask = json!([{"role": "user", "content": "Name a fruit."}]);
+    let ids = tok(json!({"messages": ask})).await;
+    let body = json!({"model": MODEL, "messages": ask, "prompt_logprobs": 2, "max_tokens": 2,
+                      "metadata": {"suite": "api"}, "user": "tester"});
+    let (st, v) = post(&c, &s.url("/v1/chat/completions"), &body).await;
+    assert_eq!(st, 200, "{v}");
+    let plp = v["prompt_logprobs"].as_array().unwrap();
+    assert_eq!(plp.len(), ids.len());
+    assert!(plp[0].is_null());
+    for (pos, entry) in plp.iter().enumerate().skip(1) {
+        let map = entry.as_object().unwrap();
+        let own = &map[&ids[pos].to_string()];
+        assert!(own["logprob"].as_f64().unwrap() <= 0.0, "{own}");
+        assert!(own["rank"].as_u64().unwrap() >= 1, "{own}");
+        assert!(own["decoded_token"].is_string());
+        assert!((1..=3).contains(&map.len()), "{entry}");
+    }
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    expect_error(
+        "/v1/chat/completions",
+        streamed,
+        400,
+        Some("prompt_logprobs"),
+    )
+    .await;
+    let mut bad = body.clone();
+    bad["metadata"] = json!({"n": 1});
+    expect_error("/v1/chat/completions", bad, 400, Some("metadata")).await;
+}
+
+/// vLLM's `prompt_logprobs` on completions: per choice, `null` first, then each prompt token's
+/// entry; streamed on the first chunk; the same when asked through the stream.
+#[tokio::test]
+async fn completions_prompt_logprobs() {
+    let s = server();
+    let c = client();
+    let prompt = "The capital of France is";
+    let (_, t) = post(&c, &s.url("/tokenize"), &json!({"prompt": prompt})).await;
+    let ids = t["tokens"].as_array().unwrap().clone();
+    let body = json!({"model": MODEL, "prompt": prompt, "max_tokens": 2, "temperature": 0,
+                      "prompt_logprobs": 1});
+    let (st, v) = post(&c, &s.url("/v1/completions"), &body).await;
+    assert_eq!(st, 200, "{v}");
+    let plp = v["choices"][0]["prompt_logprobs"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(plp.len(), ids.len(), "{v}");
+    assert!(plp[0].is_null());
+    for (pos, e) in plp.iter().enumerate().skip(1) {
+        assert!(e.get(ids[pos].to_string()).is_some(), "{e}");
+    }
+    let mut sbody = body.clone();
+    sbody["stream"] = json!(true);
+    let (_, events) = post_stream(&c, &s.url("/v1/completions"), &sbody).await;
+    let first = chunks(&events)
+        .into_iter()
+        .find_map(|ch| ch["choices"][0].get("prompt_logprobs").cloned())
+        .unwrap();
+    assert_eq!(first.as_array().unwrap(), &plp, "streamed prompt_logprobs");
+    let mut both = body.clone();
+    both["echo"] = json!(true);
+    both["logprobs"] = json!(2);
+    expect_error("/v1/completions", both, 400, Some("prompt_logprobs")).await;
+}

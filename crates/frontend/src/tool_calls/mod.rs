@@ -1,15 +1,19 @@
 //! Tool calling on the text side: which syntax a model writes its calls in (chosen from the chat
 //! template, or by `--tool-call-parser`), incremental parsers that split generated text into
 //! content and complete calls, the generic prompt format for templates that ignore `tools`, and
-//! the Lark grammars that force a valid call for `tool_choice` required / named.
+//! the Lark grammars that force a valid call for `tool_choice` required / named, and the
+//! recognition of calls written without markup (`bare.rs`) for `tool_choice: "auto"`.
 
+mod bare;
 mod generic;
 mod grammar;
 mod hermes;
+mod schema_check;
 
 use std::fmt;
 use std::str::FromStr;
 
+pub use bare::{DeclaredTools, exact_calls};
 pub use generic::{GENERIC_SYSTEM_HEADER, generic_history, generic_system_prompt};
 pub use grammar::{ToolGrammarError, tool_call_grammar};
 
@@ -95,6 +99,8 @@ impl FromStr for ToolParserChoice {
 pub struct ToolCallStream {
     inner: Inner,
     calls: usize,
+    /// With declared tools: a reply that is exactly a bare or fenced call is a call too.
+    bare: Option<(bare::Gate, DeclaredTools)>,
 }
 
 #[derive(Debug)]
@@ -109,25 +115,59 @@ impl ToolCallStream {
             ToolCallFormat::Hermes => Inner::Hermes(hermes::HermesParser::default()),
             ToolCallFormat::Generic => Inner::Generic(generic::GenericParser::default()),
         };
-        Self { inner, calls: 0 }
+        Self {
+            inner,
+            calls: 0,
+            bare: None,
+        }
+    }
+
+    /// Also takes a reply that is exactly a call of one of `tools` written without the
+    /// format's markup (bare JSON, a list, or either in a ``` fence) as a call.
+    pub fn with_bare_calls(mut self, tools: DeclaredTools) -> Self {
+        self.bare = Some((bare::Gate::new(), tools));
+        self
     }
 
     /// Events for `text`, the next piece of the generation.
     pub fn push(&mut self, text: &str) -> Vec<ToolEvent> {
-        let raw = match &mut self.inner {
-            Inner::Hermes(p) => p.push(text),
-            Inner::Generic(p) => p.push(text),
+        let passed;
+        let text = match &mut self.bare {
+            Some((gate, _)) => {
+                passed = gate.push(text);
+                passed.as_str()
+            }
+            None => text,
         };
+        if text.is_empty() {
+            return Vec::new();
+        }
+        let raw = self.inner_push(text);
         self.number(raw)
     }
 
     /// Events for whatever was held back, at the end of the generation.
     pub fn finish(&mut self) -> Vec<ToolEvent> {
-        let raw = match &mut self.inner {
+        let mut raw = Vec::new();
+        if let Some((gate, tools)) = &mut self.bare {
+            match gate.finish(tools) {
+                Ok(calls) => raw.extend(calls.into_iter().map(Piece::Call)),
+                Err(text) if !text.is_empty() => raw = self.inner_push(&text),
+                Err(_) => {}
+            }
+        }
+        raw.extend(match &mut self.inner {
             Inner::Hermes(p) => p.finish(),
             Inner::Generic(p) => p.finish(),
-        };
+        });
         self.number(raw)
+    }
+
+    fn inner_push(&mut self, text: &str) -> Vec<Piece> {
+        match &mut self.inner {
+            Inner::Hermes(p) => p.push(text),
+            Inner::Generic(p) => p.push(text),
+        }
     }
 
     /// Calls found so far.

@@ -9,25 +9,27 @@ use pagoda_protocol::{
 };
 
 use crate::chat_output::{ChoiceOutput, Split};
-use crate::chat_prompt::{content_text, render, tokenize};
+use crate::chat_prompt::{PromptOptions, content_text, render, tokenize};
 use crate::constraints;
 use crate::generation::ChoiceUpdate;
 use crate::logprobs;
 use crate::routes::{GenerationEndpoint, now_secs, random_id};
 use crate::state::{AppState, Loaded};
 use crate::stream::{self as sse, ChoiceFormatter};
-use crate::tools;
+use crate::tools::{self, ToolSetup};
 use crate::valid_request::ValidRequest;
 use crate::validate;
-use crate::validation_error::ValidationError;
+use crate::validation_error::{FieldNames, ValidationError};
 
 /// A chat request, validated and rendered, with what its response needs.
 pub struct Chat {
     logprobs: bool,
     /// With `echo`: the final assistant message's text, put before the output.
     echo_text: Option<String>,
-    /// The syntax to parse tool calls in, when the request has tools.
-    tool_format: Option<pagoda_frontend::ToolCallFormat>,
+    /// The request's tools, when it has any: how the reply's calls are parsed.
+    tools: Option<ToolSetup>,
+    /// `parallel_tool_calls: false`: the reply ends at its first call.
+    single_call: bool,
     prompt_text: String,
 }
 
@@ -56,11 +58,14 @@ impl GenerationEndpoint for Chat {
                 .map(|_| {
                     ChoiceOutput::new(
                         state.config().reasoning_parser,
-                        self.tool_format,
+                        self.tools.as_ref(),
                         &self.prompt_text,
                     )
+                    .single_call(self.single_call)
                 })
                 .collect(),
+            named_tool: self.tools.as_ref().is_some_and(ToolSetup::is_named),
+            prompt_logprobs: None,
             whole: Whole::new(num_choices, self.logprobs),
         }
     }
@@ -84,32 +89,12 @@ fn prepare(
         &req.function_call,
         "deprecated by OpenAI; use `tool_choice`",
     )?;
-    if req.parallel_tool_calls == Some(false) {
-        return Err(ValidationError::unsupported(
-            "parallel_tool_calls",
-            "calls are not limited to one per turn",
-        ));
-    }
     let tools = tools::parse(loaded, req.tools.as_ref(), req.tool_choice.as_ref())?;
     let requested = constraints::requested(
         req.response_format.as_ref(),
         req.structured_outputs.as_ref(),
     )?;
-    let tool_constraint = match &tools {
-        Some(t) => t.constraint()?,
-        None => None,
-    };
-    let constraint = match (requested, tool_constraint) {
-        (Some(_), Some(_)) => {
-            return Err(ValidationError::Conflict {
-                field: "tool_choice",
-                with: "`response_format` or `structured_outputs` (when it constrains the reply)",
-            });
-        }
-        (Some((c, field)), None) => Some(constraints::compile(loaded, c, field)?),
-        (None, Some(c)) => Some(constraints::compile(loaded, c, "tools")?),
-        (None, None) => None,
-    };
+    let constraint = constraints::reply(loaded, requested, tools.as_ref())?;
     if req.store == Some(true) {
         return Err(ValidationError::unsupported(
             "store",
@@ -148,16 +133,18 @@ fn prepare(
         &req.web_search_options,
         "no web search",
     )?;
-    validate::refuse("prompt_logprobs", &req.prompt_logprobs, later)?;
-    validate::refuse("continue_final_message", &req.continue_final_message, later)?;
-    validate::refuse("chat_template", &req.chat_template, later)?;
-    if req
-        .chat_template_kwargs
-        .as_ref()
-        .is_some_and(|k| !k.is_empty())
-    {
-        return Err(ValidationError::unsupported("chat_template_kwargs", later));
+    if req.prompt_logprobs.is_some() && req.stream == Some(true) {
+        return Err(ValidationError::Conflict {
+            field: "prompt_logprobs",
+            with: "`stream: true` (prompt logprobs come with the whole response)",
+        });
     }
+    validate::refuse(
+        "chat_template",
+        &req.chat_template,
+        "a per-request template is not supported; start the server with --chat-template",
+    )?;
+    log_user(req.user.as_deref(), req.metadata.as_ref())?;
     validate::refuse(
         "spaces_between_special_tokens",
         &req.spaces_between_special_tokens,
@@ -174,12 +161,12 @@ fn prepare(
         (true, t) => Some(t.unwrap_or(0)),
         (false, None) => None,
     };
-    let prompt_text = render(
-        loaded,
-        &req.messages,
-        req.add_generation_prompt.unwrap_or(true),
-        tools.as_ref(),
+    let opts = PromptOptions::new(
+        req.add_generation_prompt,
+        req.continue_final_message,
+        req.chat_template_kwargs.as_ref(),
     )?;
+    let prompt_text = render(loaded, &req.messages, &opts, tools.as_ref())?;
     let prompt = tokenize(loaded, &prompt_text, req.add_special_tokens);
     let echo_text = match (req.echo.unwrap_or(false), req.messages.last()) {
         (true, Some(m)) if m.role == Role::Assistant => match &m.content {
@@ -194,22 +181,50 @@ fn prepare(
     };
     let mut fields = validate::sampling_fields!(
         &req,
-        chat: true,
+        names: FieldNames::chat(field),
         max_tokens: max_tokens,
-        max_tokens_field: field,
         logprobs: top,
     );
     fields.constraint = constraint;
+    fields.prompt_logprobs = req.prompt_logprobs;
     let request = validate::build(state, loaded, &fields, vec![prompt])?;
     Ok((
         request,
         Chat {
             logprobs,
             echo_text,
-            tool_format: tools.as_ref().map(|t| t.format),
+            single_call: req.parallel_tool_calls == Some(false),
+            tools,
             prompt_text,
         },
     ))
+}
+
+/// `user` and `metadata` (OpenAI: at most 16 string values) are logged with the request;
+/// chat completions are not stored, so `metadata` is not returned.
+fn log_user(
+    user: Option<&str>,
+    metadata: Option<&serde_json::Value>,
+) -> Result<(), ValidationError> {
+    if let Some(m) = metadata {
+        let ok = m
+            .as_object()
+            .is_some_and(|o| o.len() <= 16 && o.values().all(serde_json::Value::is_string));
+        if !ok {
+            return Err(ValidationError::invalid(
+                "metadata",
+                "an object of at most 16 string values",
+            ));
+        }
+    }
+    if user.is_some() || metadata.is_some() {
+        tracing::info!(
+            user = user.unwrap_or(""),
+            metadata = %metadata.map(ToString::to_string).unwrap_or_default(),
+            "chat completion request"
+        );
+    }
+    Ok(())
 }
 
 /// The chat response's writer: SSE chunks, or the whole response gathered in `whole`.
@@ -223,6 +238,10 @@ pub struct Formatter {
     echoed: Vec<bool>,
     /// Per choice: reasoning and tool-call parsing of the text.
     outputs: Vec<ChoiceOutput>,
+    /// `tool_choice` named the function: a call is the requested reply, `finish_reason: stop`.
+    named_tool: bool,
+    /// vLLM's `prompt_logprobs`, from the first update that carries them.
+    prompt_logprobs: Option<Vec<Option<pagoda_protocol::PromptLogprobs>>>,
     whole: Whole,
 }
 
@@ -256,7 +275,8 @@ impl Whole {
 impl Formatter {
     /// The update's text split into content (echo first), reasoning and calls (the parsers
     /// flushed when the choice ends), its logprobs, and the finish reason: `tool_calls` when
-    /// the choice called tools and stopped on its own.
+    /// the choice called tools and stopped on its own (`stop` for a named `tool_choice`, as
+    /// OpenAI reports it).
     fn parts(&mut self, u: &ChoiceUpdate) -> (Split, Option<ChatLogprobs>, Option<FinishReason>) {
         let i = u.index as usize;
         let mut split = self.outputs[i].push(&u.text);
@@ -277,7 +297,9 @@ impl Formatter {
             _ => None,
         };
         let finish = u.finish.as_ref().map(|f| match f.reason {
-            FinishReason::Stop if self.outputs[i].num_calls() > 0 => FinishReason::ToolCalls,
+            FinishReason::Stop if self.outputs[i].num_calls() > 0 && !self.named_tool => {
+                FinishReason::ToolCalls
+            }
             r => r,
         });
         (split, lp, finish)
@@ -396,6 +418,13 @@ impl ChoiceFormatter for Formatter {
     }
 
     fn absorb(&mut self, u: ChoiceUpdate) {
+        if let (None, Some(plp), Ok(l)) = (
+            &self.prompt_logprobs,
+            u.prompt_logprobs.as_deref(),
+            self.state.loaded(),
+        ) {
+            self.prompt_logprobs = Some(logprobs::prompt(&l.tokenizer, plp));
+        }
         let (split, lp, finish) = self.parts(&u);
         let i = u.index as usize;
         let w = &mut self.whole;
@@ -444,6 +473,7 @@ impl ChoiceFormatter for Formatter {
             usage: Some(usage),
             system_fingerprint: None,
             service_tier: None,
+            prompt_logprobs: self.prompt_logprobs,
         }
     }
 }

@@ -14,12 +14,14 @@ use crate::state::{AppState, Loaded};
 use crate::stream::{self as sse, ChoiceFormatter};
 use crate::valid_request::ValidRequest;
 use crate::validate;
-use crate::validation_error::ValidationError;
+use crate::validation_error::{FieldNames, ValidationError};
 
 /// A completions request, validated, with what its response needs.
 pub struct Completions {
     echo: bool,
     logprobs: bool,
+    /// vLLM's `prompt_logprobs` was asked for.
+    prompt_logprobs: bool,
     /// Echo text of each prompt.
     prompt_texts: Vec<String>,
 }
@@ -44,6 +46,7 @@ impl GenerationEndpoint for Completions {
             model: state.config().served_model_name.clone(),
             echo: self.echo,
             logprobs: self.logprobs,
+            prompt_logprobs: self.prompt_logprobs,
             prompt_texts: self.prompt_texts,
             prompts: (0..req.num_prompts())
                 .map(|p| req.prompt(p).to_vec())
@@ -85,11 +88,6 @@ fn prepare(
         None => None,
     };
     validate::refuse(
-        "prompt_logprobs",
-        &req.prompt_logprobs,
-        "not supported yet; use `echo` with `logprobs`",
-    )?;
-    validate::refuse(
         "spaces_between_special_tokens",
         &req.spaces_between_special_tokens,
         "not supported",
@@ -116,19 +114,28 @@ fn prepare(
     let echo = req.echo.unwrap_or(false);
     let mut fields = validate::sampling_fields!(
         &req,
-        chat: false,
+        names: FieldNames::COMPLETIONS,
         max_tokens: Some(req.max_tokens.unwrap_or(16)),
-        max_tokens_field: "max_tokens",
         logprobs: req.logprobs,
     );
     fields.constraint = constraint;
-    if echo && req.logprobs.is_some() {
-        fields.prompt_logprobs = req.logprobs;
-    }
+    // One count of prompt alternatives serves both `prompt_logprobs` and echoed logprobs.
+    fields.prompt_logprobs = match (req.prompt_logprobs, echo && req.logprobs.is_some()) {
+        (Some(p), true) if Some(p) != req.logprobs => {
+            return Err(ValidationError::rule(
+                "prompt_logprobs",
+                "with `echo` and `logprobs`, `prompt_logprobs` must equal `logprobs`",
+            ));
+        }
+        (Some(p), _) => Some(p),
+        (None, true) => req.logprobs,
+        (None, false) => None,
+    };
     let request = validate::build(state, loaded, &fields, prompts)?;
     let completions = Completions {
         echo,
         logprobs: req.logprobs.is_some(),
+        prompt_logprobs: req.prompt_logprobs.is_some(),
         prompt_texts,
     };
     Ok((request, completions))
@@ -155,6 +162,7 @@ pub struct Formatter {
     model: String,
     echo: bool,
     logprobs: bool,
+    prompt_logprobs: bool,
     prompt_texts: Vec<String>,
     prompts: Vec<Vec<u32>>,
     n: usize,
@@ -193,12 +201,17 @@ impl Formatter {
         if let Some(lp) = lp.as_mut() {
             logprobs::extend_completion(lp, &loaded.tokenizer, &u.logprobs, &mut self.offsets[i]);
         }
+        let prompt_logprobs = match (self.prompt_logprobs, u.prompt_logprobs.as_deref()) {
+            (true, Some(plp)) => Some(logprobs::prompt(&loaded.tokenizer, plp)),
+            _ => None,
+        };
         CompletionChoice {
             index: u.index,
             text,
             logprobs: lp,
             finish_reason: u.finish.as_ref().map(|f| f.reason),
             stop_reason: u.finish.and_then(|f| f.stop_reason),
+            prompt_logprobs,
         }
     }
 
@@ -222,6 +235,7 @@ fn empty_choice(index: u32) -> CompletionChoice {
         logprobs: None,
         finish_reason: None,
         stop_reason: None,
+        prompt_logprobs: None,
     }
 }
 
@@ -230,7 +244,13 @@ impl ChoiceFormatter for Formatter {
 
     fn events(&mut self, u: ChoiceUpdate) -> String {
         let echo_pending = self.echo && !self.echoed[u.index as usize];
-        if u.text.is_empty() && u.finish.is_none() && u.logprobs.is_empty() && !echo_pending {
+        let prompt_lp = self.prompt_logprobs && u.prompt_logprobs.is_some();
+        if u.text.is_empty()
+            && u.finish.is_none()
+            && u.logprobs.is_empty()
+            && !echo_pending
+            && !prompt_lp
+        {
             return String::new();
         }
         let choice = self.choice(u);
@@ -255,6 +275,9 @@ impl ChoiceFormatter for Formatter {
         if part.finish_reason.is_some() {
             c.finish_reason = part.finish_reason;
             c.stop_reason = part.stop_reason;
+        }
+        if part.prompt_logprobs.is_some() {
+            c.prompt_logprobs = part.prompt_logprobs;
         }
     }
 

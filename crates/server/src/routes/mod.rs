@@ -3,8 +3,10 @@
 pub mod chat;
 pub mod completions;
 pub mod health;
+pub mod messages;
 pub mod metrics;
 pub mod models;
+pub mod responses;
 pub mod tokenize;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,6 +23,7 @@ use pagoda_protocol::ErrorResponse;
 use crate::auth::Caller;
 use crate::body::{JsonBody, WireRequest};
 use crate::error::ApiError;
+use crate::error_shape::ErrorShape;
 use crate::generation::Generation;
 use crate::otlp::AttrValue;
 use crate::request_id::RequestInfo;
@@ -36,6 +39,8 @@ use crate::validation_error::ValidationError;
 pub trait GenerationEndpoint: Sized + Send + 'static {
     type Wire: WireRequest + Send + 'static;
     type Formatter: ChoiceFormatter;
+    /// The error body this API answers with.
+    const ERRORS: ErrorShape = ErrorShape::OpenAi;
 
     /// Validation, chat template and tokenization (blocking: run off the async runtime): the
     /// request to submit, and what the formatter will need.
@@ -54,13 +59,17 @@ pub async fn generate<E: GenerationEndpoint>(
     State(state): State<AppState>,
     caller: Option<Extension<Caller>>,
     info: Option<Extension<RequestInfo>>,
-    JsonBody(req): JsonBody<E::Wire>,
+    body: Result<JsonBody<E::Wire>, ApiError>,
 ) -> Response {
     let tenant = caller.map(|Extension(Caller(t))| t);
     let info = info.map(|Extension(i)| i);
-    match run::<E>(state.clone(), tenant, info, req).await {
+    let result = match body {
+        Ok(JsonBody(req)) => run::<E>(state.clone(), tenant, info, req).await,
+        Err(e) => Err(e),
+    };
+    match result {
         Ok(r) => r,
-        Err(e) => rejected(&state, e),
+        Err(e) => rejected_as(&state, E::ERRORS, e),
     }
 }
 
@@ -194,6 +203,11 @@ pub async fn run_blocking<T: Send + 'static>(
 
 /// Renders an error response and counts it as a rejected request.
 pub fn rejected(state: &AppState, e: ApiError) -> Response {
+    rejected_as(state, ErrorShape::OpenAi, e)
+}
+
+/// [`rejected`], in the error body of the API that was called.
+pub fn rejected_as(state: &AppState, shape: ErrorShape, e: ApiError) -> Response {
     let reason = match e.status {
         StatusCode::TOO_MANY_REQUESTS => None, // counted where the queue refused it
         StatusCode::SERVICE_UNAVAILABLE => Some("unavailable"),
@@ -203,5 +217,5 @@ pub fn rejected(state: &AppState, e: ApiError) -> Response {
     if let Some(r) = reason {
         state.metrics().count_rejected(r);
     }
-    e.into_response()
+    shape.response(e)
 }

@@ -1,5 +1,5 @@
-//! vLLM's `POST /tokenize` (a `prompt`, or `messages` through the chat template, exactly as
-//! the generation endpoints tokenize them) and `POST /detokenize`.
+//! vLLM's `POST /tokenize` (a `prompt` or llama.cpp's `content`, or `messages` through the chat
+//! template exactly as the generation endpoints tokenize them) and `POST /detokenize`.
 
 use axum::Json;
 use axum::extract::State;
@@ -7,7 +7,7 @@ use axum::response::{IntoResponse, Response};
 use pagoda_protocol::{DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse};
 
 use crate::body::JsonBody;
-use crate::chat_prompt::chat_prompt;
+use crate::chat_prompt::{PromptOptions, chat_prompt};
 use crate::error::ApiError;
 use crate::generation::token_text;
 use crate::routes::run_blocking;
@@ -32,36 +32,46 @@ fn tokenize_blocking(state: &AppState, req: TokenizeRequest) -> Result<TokenizeR
         validate::check_model(state, m)?;
     }
     let loaded = state.loaded()?;
-    let tokens = match (&req.prompt, &req.messages) {
-        (Some(p), None) => {
-            if req.add_generation_prompt.is_some() || req.continue_final_message.is_some() {
+    let text = match (&req.prompt, &req.content) {
+        (Some(p), None) => Some((p, true)),
+        (None, Some(c)) => Some((c, false)),
+        (None, None) => None,
+        (Some(_), Some(_)) => {
+            return Err(ValidationError::Conflict {
+                field: "content",
+                with: "`prompt`",
+            }
+            .into());
+        }
+    };
+    let tokens = match (text, &req.messages) {
+        (Some((text, add_special)), None) => {
+            if req.add_generation_prompt.is_some()
+                || req.continue_final_message.is_some()
+                || req.chat_template_kwargs.is_some()
+            {
                 return Err(ValidationError::rule(
                     "add_generation_prompt",
-                    "`add_generation_prompt` goes with `messages`, not `prompt`",
+                    "`add_generation_prompt`, `continue_final_message` and `chat_template_kwargs` go with `messages`",
                 )
                 .into());
             }
             loaded
                 .tokenizer
-                .encode(p, req.add_special_tokens.unwrap_or(true), true)
+                .encode(text, req.add_special_tokens.unwrap_or(add_special), true)
         }
         (None, Some(msgs)) => {
-            validate::refuse(
-                "continue_final_message",
-                &req.continue_final_message,
-                "not supported yet",
+            let opts = PromptOptions::new(
+                req.add_generation_prompt,
+                req.continue_final_message,
+                req.chat_template_kwargs.as_ref(),
             )?;
-            chat_prompt(
-                loaded,
-                msgs,
-                req.add_generation_prompt.unwrap_or(true),
-                req.add_special_tokens,
-            )?
+            chat_prompt(loaded, msgs, &opts, req.add_special_tokens)?
         }
         _ => {
             return Err(ValidationError::rule(
                 "prompt",
-                "give exactly one of `prompt` and `messages`",
+                "give exactly one of `prompt`, `content` and `messages`",
             )
             .into());
         }
