@@ -84,6 +84,7 @@ pub fn between(before: SpecCounters, after: SpecCounters) -> Option<SpecSummary>
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
