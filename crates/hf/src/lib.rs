@@ -1,0 +1,22 @@
+//! Hugging Face checkpoint directories: `config.json`, `*.safetensors` (one file or sharded by
+//! `model.safetensors.index.json`), `tokenizer.json` and `tokenizer_config.json`. [`convert`]
+//! maps them onto GGUF's tensor names, layouts and metadata keys and quantizes the matrices in
+//! situ, giving an in-memory [`pagoda_gguf::GgufFile`] that the rest of pagoda loads as it
+//! loads any GGUF.
+
+mod checkpoint;
+mod config;
+mod convert;
+mod error;
+mod quantization;
+mod safetensors;
+mod tensor_names;
+mod tokenizer_json;
+
+pub use checkpoint::{Checkpoint, is_checkpoint_dir};
+pub use config::HfConfig;
+pub use convert::convert;
+pub use error::HfError;
+pub use quantization::Quantization;
+pub use safetensors::{Dtype, SafetensorsFile, TensorView};
+pub use tensor_names::{rope_permute_rows, rope_unpermute_rows};

@@ -1,0 +1,151 @@
+//! Hugging Face tensor names onto GGUF's (as llama.cpp's convert_hf_to_gguf.py and
+//! gguf-py's tensor_mapping.py map them), and the two value changes that conversion makes:
+//! Llama's Q/K rows are permuted from HF's half-split RoPE pairing to GGUF's interleaved one,
+//! and Gemma's RMSNorm weights are stored as `1 + w` (HF computes `x * (1 + w)`).
+
+use crate::config::Arch;
+
+/// A change to a tensor's values on the way to GGUF.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transform {
+    None,
+    /// Permute the rows of each of `heads` heads from HF's pairing to GGUF's.
+    RopePermute {
+        heads: usize,
+    },
+    /// Add 1 to every value (Gemma norms).
+    AddOne,
+}
+
+/// The GGUF name of HF tensor `name` and how its values change, `None` for a tensor pagoda
+/// does not use (e.g. `rotary_emb.inv_freq`, vision towers).
+pub fn gguf_name(
+    arch: Arch,
+    name: &str,
+    n_heads: usize,
+    n_kv_heads: usize,
+) -> Option<(String, Transform)> {
+    let name = ["language_model.model.", "language_model.", "model."]
+        .iter()
+        .find_map(|p| name.strip_prefix(p))
+        .unwrap_or(name);
+    let norm = if arch == Arch::Gemma3 {
+        Transform::AddOne
+    } else {
+        Transform::None
+    };
+    match name {
+        "embed_tokens.weight" => return Some(("token_embd.weight".into(), Transform::None)),
+        "norm.weight" => return Some(("output_norm.weight".into(), norm)),
+        "lm_head.weight" => return Some(("output.weight".into(), Transform::None)),
+        _ => {}
+    }
+    let rest = name.strip_prefix("layers.")?;
+    let (layer, rest) = rest.split_once('.')?;
+    let layer: usize = layer.parse().ok()?;
+    let (module, suffix) = rest.rsplit_once('.')?;
+    let (gguf, transform) = match (module, arch) {
+        ("input_layernorm", _) => ("attn_norm", norm),
+        ("post_attention_layernorm", Arch::Gemma3) => ("post_attention_norm", norm),
+        ("post_attention_layernorm", _) => ("ffn_norm", norm),
+        ("pre_feedforward_layernorm", Arch::Gemma3) => ("ffn_norm", norm),
+        ("post_feedforward_layernorm", Arch::Gemma3) => ("post_ffw_norm", norm),
+        ("self_attn.q_norm", Arch::Gemma3) => ("attn_q_norm", norm),
+        ("self_attn.k_norm", Arch::Gemma3) => ("attn_k_norm", norm),
+        ("self_attn.q_proj", Arch::Llama) => ("attn_q", Transform::RopePermute { heads: n_heads }),
+        ("self_attn.k_proj", Arch::Llama) => {
+            ("attn_k", Transform::RopePermute { heads: n_kv_heads })
+        }
+        ("self_attn.q_proj", _) => ("attn_q", Transform::None),
+        ("self_attn.k_proj", _) => ("attn_k", Transform::None),
+        ("self_attn.v_proj", _) => ("attn_v", Transform::None),
+        ("self_attn.o_proj", _) => ("attn_output", Transform::None),
+        ("mlp.gate_proj", _) => ("ffn_gate", Transform::None),
+        ("mlp.up_proj", _) => ("ffn_up", Transform::None),
+        ("mlp.down_proj", _) => ("ffn_down", Transform::None),
+        _ => return None,
+    };
+    // A bias (Qwen2's q/k/v) is permuted like its rows.
+    Some((format!("blk.{layer}.{gguf}.{suffix}"), transform))
+}
+
+/// GGUF row of HF row `r` for a tensor of `heads` heads of `head_dim` rows each: HF keeps the
+/// two halves of each RoPE pair `head_dim / 2` rows apart, GGUF keeps them adjacent
+/// (convert_hf_to_gguf.py LlamaModel.permute).
+fn permuted_row(r: usize, head_dim: usize) -> usize {
+    let (h, within) = (r / head_dim, r % head_dim);
+    let half = head_dim / 2;
+    let (j, i) = (within / half, within % half);
+    h * head_dim + 2 * i + j
+}
+
+/// Reorders the rows (`cols` values each) of a Q or K projection from HF's layout to GGUF's.
+pub fn rope_permute_rows(values: &[f32], heads: usize, cols: usize) -> Vec<f32> {
+    reorder(values, heads, cols, true)
+}
+
+/// The inverse of [`rope_permute_rows`]: GGUF rows back to HF's layout (for writing a
+/// checkpoint from a GGUF, as the tests do).
+pub fn rope_unpermute_rows(values: &[f32], heads: usize, cols: usize) -> Vec<f32> {
+    reorder(values, heads, cols, false)
+}
+
+fn reorder(values: &[f32], heads: usize, cols: usize, forward: bool) -> Vec<f32> {
+    let rows = values.len() / cols.max(1);
+    let head_dim = rows / heads.max(1);
+    let mut out = vec![0.0; values.len()];
+    for r in 0..rows {
+        let m = permuted_row(r, head_dim);
+        let (src, dst) = if forward { (r, m) } else { (m, r) };
+        out[dst * cols..(dst + 1) * cols].copy_from_slice(&values[src * cols..(src + 1) * cols]);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn permutation_interleaves_the_halves_and_inverts() {
+        // One head of 4 rows: HF [a0 a1 b0 b1] (pairs (a0,b0), (a1,b1)) -> GGUF [a0 b0 a1 b1].
+        let hf = [0.0, 1.0, 2.0, 3.0];
+        assert_eq!(rope_permute_rows(&hf, 1, 1), [0.0, 2.0, 1.0, 3.0]);
+        let v: Vec<f32> = (0..48).map(|i| i as f32).collect();
+        assert_eq!(rope_unpermute_rows(&rope_permute_rows(&v, 2, 3), 2, 3), v);
+    }
+
+    #[test]
+    fn names_map_per_architecture() {
+        let g = |arch, n| gguf_name(arch, n, 4, 2);
+        assert_eq!(
+            g(Arch::Llama, "model.layers.3.self_attn.k_proj.weight"),
+            Some((
+                "blk.3.attn_k.weight".into(),
+                Transform::RopePermute { heads: 2 }
+            ))
+        );
+        assert_eq!(
+            g(Arch::Qwen2, "model.layers.0.self_attn.q_proj.bias"),
+            Some(("blk.0.attn_q.bias".into(), Transform::None))
+        );
+        assert_eq!(
+            g(
+                Arch::Gemma3,
+                "model.layers.1.pre_feedforward_layernorm.weight"
+            ),
+            Some(("blk.1.ffn_norm.weight".into(), Transform::AddOne))
+        );
+        assert_eq!(
+            g(
+                Arch::Llama,
+                "model.layers.1.post_attention_layernorm.weight"
+            ),
+            Some(("blk.1.ffn_norm.weight".into(), Transform::None))
+        );
+        assert_eq!(
+            g(Arch::Llama, "model.layers.0.self_attn.rotary_emb.inv_freq"),
+            None
+        );
+    }
+}
