@@ -19,4 +19,3 @@ pub use convert::convert;
 pub use error::HfError;
 pub use quantization::Quantization;
 pub use safetensors::{Dtype, SafetensorsFile, TensorView};
-pub use tensor_names::{rope_permute_rows, rope_unpermute_rows};

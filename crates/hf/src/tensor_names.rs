@@ -81,23 +81,12 @@ fn permuted_row(r: usize, head_dim: usize) -> usize {
 
 /// Reorders the rows (`cols` values each) of a Q or K projection from HF's layout to GGUF's.
 pub fn rope_permute_rows(values: &[f32], heads: usize, cols: usize) -> Vec<f32> {
-    reorder(values, heads, cols, true)
-}
-
-/// The inverse of [`rope_permute_rows`]: GGUF rows back to HF's layout (for writing a
-/// checkpoint from a GGUF, as the tests do).
-pub fn rope_unpermute_rows(values: &[f32], heads: usize, cols: usize) -> Vec<f32> {
-    reorder(values, heads, cols, false)
-}
-
-fn reorder(values: &[f32], heads: usize, cols: usize, forward: bool) -> Vec<f32> {
     let rows = values.len() / cols.max(1);
     let head_dim = rows / heads.max(1);
     let mut out = vec![0.0; values.len()];
     for r in 0..rows {
-        let m = permuted_row(r, head_dim);
-        let (src, dst) = if forward { (r, m) } else { (m, r) };
-        out[dst * cols..(dst + 1) * cols].copy_from_slice(&values[src * cols..(src + 1) * cols]);
+        let dst = permuted_row(r, head_dim);
+        out[dst * cols..(dst + 1) * cols].copy_from_slice(&values[r * cols..(r + 1) * cols]);
     }
     out
 }
@@ -107,12 +96,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn permutation_interleaves_the_halves_and_inverts() {
+    fn permutation_interleaves_the_halves() {
         // One head of 4 rows: HF [a0 a1 b0 b1] (pairs (a0,b0), (a1,b1)) -> GGUF [a0 b0 a1 b1].
         let hf = [0.0, 1.0, 2.0, 3.0];
         assert_eq!(rope_permute_rows(&hf, 1, 1), [0.0, 2.0, 1.0, 3.0]);
-        let v: Vec<f32> = (0..48).map(|i| i as f32).collect();
-        assert_eq!(rope_unpermute_rows(&rope_permute_rows(&v, 2, 3), 2, 3), v);
+        // Two heads of 4 rows of 2 columns: each head on its own, rows moved whole.
+        let hf: Vec<f32> = (0..16).map(|i| i as f32).collect();
+        let want = [
+            0., 1., 4., 5., 2., 3., 6., 7., 8., 9., 12., 13., 10., 11., 14., 15.,
+        ];
+        assert_eq!(rope_permute_rows(&hf, 2, 2), want);
     }
 
     #[test]

@@ -31,6 +31,8 @@ pub struct ServerConfig {
     pub tool_call_parser: ToolParserChoice,
     /// Splits `<think>` reasoning from the content of chat answers.
     pub reasoning_parser: ReasoningParser,
+    /// What a Hugging Face checkpoint's matrices are quantized to at load.
+    pub quantization: pagoda_hf::Quantization,
 }
 
 impl Default for ServerConfig {
@@ -46,6 +48,7 @@ impl Default for ServerConfig {
             output_buffer: 1024,
             tool_call_parser: ToolParserChoice::Auto,
             reasoning_parser: ReasoningParser::None,
+            quantization: pagoda_hf::Quantization::default(),
         }
     }
 }

@@ -69,7 +69,7 @@ impl AppState {
         }))
     }
 
-    /// Loads the GGUF at `path`, starts the engine and runs one warm-up request; blocks (call
+    /// Loads the GGUF (or Hugging Face checkpoint directory) at `path`, starts the engine and runs one warm-up request; blocks (call
     /// it from a plain thread or `spawn_blocking`). The server is ready when it returns `Ok`.
     pub fn load_model(&self, path: &Path, setup: &EngineSetup) -> Result<(), LoadError> {
         if self.0.loaded.get().is_some() {
@@ -81,6 +81,7 @@ impl AppState {
                 setup,
                 chat_template: None,
                 output_buffer: self.0.config.output_buffer,
+                quantization: self.0.config.quantization,
             },
         )?;
         let tool_format = match self.0.config.tool_call_parser {
