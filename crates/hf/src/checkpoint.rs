@@ -30,6 +30,8 @@ pub struct Checkpoint {
     files: Vec<SafetensorsFile>,
     /// Tensor name -> index into `files`.
     location: HashMap<String, usize>,
+    /// Tensors of dtypes pagoda does not read, with their dtype.
+    unsupported: HashMap<String, String>,
 }
 
 impl Checkpoint {
@@ -60,6 +62,7 @@ impl Checkpoint {
         };
         let mut files = Vec::with_capacity(shard_names.len());
         let mut location = HashMap::new();
+        let mut unsupported = HashMap::new();
         for name in &shard_names {
             // Shard names come from the index: keep them inside the directory.
             if name.contains('/') || name.contains('\\') || name.starts_with('.') {
@@ -71,6 +74,9 @@ impl Checkpoint {
             for t in file.names() {
                 location.insert(t.to_owned(), files.len());
             }
+            for (t, dtype) in file.unsupported() {
+                unsupported.insert(t.to_owned(), dtype.to_owned());
+            }
             files.push(file);
         }
         Ok(Self {
@@ -78,6 +84,7 @@ impl Checkpoint {
             config,
             files,
             location,
+            unsupported,
         })
     }
 
@@ -91,8 +98,17 @@ impl Checkpoint {
             .and_then(|&i| self.files[i].tensor(name))
     }
 
+    /// Every tensor name, those of unsupported dtypes included.
     pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.location.keys().map(String::as_str)
+        self.location
+            .keys()
+            .chain(self.unsupported.keys())
+            .map(String::as_str)
+    }
+
+    /// The dtype of tensor `name` when pagoda cannot read it.
+    pub fn unsupported_dtype(&self, name: &str) -> Option<&str> {
+        self.unsupported.get(name).map(String::as_str)
     }
 
     /// `file` in the checkpoint directory as text, `None` when absent.

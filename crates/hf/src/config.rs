@@ -13,14 +13,22 @@ pub enum Arch {
     Llama,
     Qwen2,
     Gemma3,
+    /// BERT encoders (sentence-transformers models such as all-MiniLM-L6-v2).
+    Bert,
 }
 
 impl Arch {
+    /// Whether this is an encoder whose output is an embedding, not next-token logits.
+    pub fn is_encoder(self) -> bool {
+        self == Self::Bert
+    }
+
     pub fn gguf_name(self) -> &'static str {
         match self {
             Self::Llama => "llama",
             Self::Qwen2 => "qwen2",
             Self::Gemma3 => "gemma3",
+            Self::Bert => "bert",
         }
     }
 }
@@ -43,6 +51,8 @@ pub struct HfConfig {
     #[serde(default = "default_context")]
     pub max_position_embeddings: usize,
     pub rms_norm_eps: Option<f32>,
+    pub layer_norm_eps: Option<f32>,
+    pub type_vocab_size: Option<usize>,
     pub rope_theta: Option<f32>,
     pub rope_scaling: Option<serde_json::Value>,
     #[serde(default)]
@@ -90,6 +100,7 @@ impl HfConfig {
             "Gemma3ForCausalLM" | "Gemma3ForConditionalGeneration" | "gemma3" | "gemma3_text" => {
                 Arch::Gemma3
             }
+            "BertModel" | "bert" => Arch::Bert,
             other => return Err(HfError::UnsupportedArchitecture(other.to_owned())),
         })
     }

@@ -9,6 +9,7 @@ use pagoda_kernels::quant::quantize_row;
 
 use crate::checkpoint::Checkpoint;
 use crate::config::Arch;
+use crate::sentence_transformers::add_modules;
 use crate::tensor_names::{Transform, gguf_name, rope_permute_rows};
 use crate::tokenizer_json::add_tokenizer;
 use crate::{HfConfig, HfError, Quantization};
@@ -23,6 +24,17 @@ pub fn convert(dir: &Path, quantization: Quantization) -> Result<GgufFile, HfErr
     let mut out = GgufAssembly::new();
     add_metadata(&mut out, cfg, arch);
     add_tensors(&mut out, &ckpt, arch, quantization)?;
+    if arch.is_encoder() {
+        // Encoders tokenize with tokenizer.json itself (WordPiece), not GGUF tokenizer keys.
+        add_modules(
+            &mut out,
+            dir,
+            arch.gguf_name(),
+            cfg.max_position_embeddings,
+            quantization,
+        )?;
+        return Ok(out.finish());
+    }
 
     let tokenizer = ckpt
         .read_optional("tokenizer.json")?
@@ -77,6 +89,15 @@ fn add_metadata(out: &mut GgufAssembly, cfg: &HfConfig, arch: Arch) {
     out.kv(&format!("{a}.attention.key_length"), u32v(cfg.head_dim()));
     out.kv(&format!("{a}.attention.value_length"), u32v(cfg.head_dim()));
     out.kv(&format!("{a}.rope.dimension_count"), u32v(cfg.head_dim()));
+    if arch == Arch::Bert {
+        let eps = cfg.layer_norm_eps.unwrap_or(1e-12);
+        out.kv(
+            &format!("{a}.attention.layer_norm_epsilon"),
+            MetaValue::F32(eps),
+        );
+        out.kv(&format!("{a}.attention.causal"), MetaValue::Bool(false));
+        return;
+    }
     let eps = cfg
         .rms_norm_eps
         .unwrap_or(if arch == Arch::Gemma3 { 1e-6 } else { 1e-5 });
@@ -111,13 +132,18 @@ fn add_tensors(
     let mut names: Vec<&str> = ckpt.names().collect();
     names.sort();
     let mut has_output = false;
-    let mut bytes = Vec::new();
     for name in names {
         let Some((gguf, transform)) =
             gguf_name(arch, name, cfg.num_attention_heads, cfg.n_kv_heads())
         else {
             continue;
         };
+        if let Some(dtype) = ckpt.unsupported_dtype(name) {
+            return Err(HfError::BadTensor {
+                name: name.to_owned(),
+                detail: format!("dtype {dtype} (pagoda reads F32, F16, BF16)"),
+            });
+        }
         if gguf == "output.weight" {
             if cfg.tied(arch) {
                 continue;
@@ -177,18 +203,25 @@ fn add_tensors(
                 values = rope_permute_rows(&values, heads, width);
             }
         }
-        let row_bytes = ty
-            .row_bytes(cols)
-            .ok_or_else(|| bad(format!("{cols} columns are not whole {ty} blocks")))?;
-        bytes.clear();
-        bytes.resize(rows * row_bytes, 0);
-        quantize_rows(ty, &values, cols, &mut bytes, row_bytes);
+        let bytes = matrix_bytes(ty, &values, cols)
+            .map_err(|_| bad(format!("{cols} columns are not whole {ty} blocks")))?;
         out.tensor(&gguf, &dims, ty, &bytes)?;
     }
-    if !cfg.tied(arch) && !has_output {
+    if !arch.is_encoder() && !cfg.tied(arch) && !has_output {
         return Err(HfError::MissingTensor("lm_head.weight".to_owned()));
     }
     Ok(())
+}
+
+/// `values` (rows of `cols`) as `ty` bytes.
+pub(crate) fn matrix_bytes(ty: GgmlType, values: &[f32], cols: usize) -> Result<Vec<u8>, HfError> {
+    let row_bytes = ty.row_bytes(cols).ok_or_else(|| HfError::BadTensor {
+        name: String::new(),
+        detail: format!("{cols} columns are not whole {ty} blocks"),
+    })?;
+    let mut bytes = vec![0u8; values.len() / cols.max(1) * row_bytes];
+    quantize_rows(ty, values, cols, &mut bytes, row_bytes);
+    Ok(bytes)
 }
 
 /// Quantizes `values` (rows of `cols`) into `dst`, rows spread over the kernel thread pool:

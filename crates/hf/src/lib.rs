@@ -10,6 +10,7 @@ mod convert;
 mod error;
 mod quantization;
 mod safetensors;
+mod sentence_transformers;
 mod tensor_names;
 mod tokenizer_json;
 
@@ -19,3 +20,4 @@ pub use convert::convert;
 pub use error::HfError;
 pub use quantization::Quantization;
 pub use safetensors::{Dtype, SafetensorsFile, TensorView};
+pub use sentence_transformers::{POOLING_CLS, POOLING_LAST, POOLING_MEAN};

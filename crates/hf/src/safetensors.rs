@@ -93,6 +93,9 @@ pub struct SafetensorsFile {
     path: PathBuf,
     map: Mmap,
     entries: HashMap<String, Entry>,
+    /// Tensors of dtypes pagoda does not read (e.g. BERT's I64 `position_ids`), by name: an
+    /// error only if a converter needs one.
+    unsupported: HashMap<String, String>,
 }
 
 impl SafetensorsFile {
@@ -123,18 +126,17 @@ impl SafetensorsFile {
             serde_json::from_slice(&map[8..data_start])
                 .map_err(|e| bad(format!("header is not a JSON object: {e}")))?;
         let mut entries = HashMap::with_capacity(header.len());
+        let mut unsupported = HashMap::new();
         for (name, value) in header {
             if name == "__metadata__" {
                 continue;
             }
             let e: HeaderEntry =
                 serde_json::from_value(value).map_err(|e| bad(format!("tensor {name}: {e}")))?;
-            let dtype = Dtype::parse(&e.dtype).ok_or_else(|| {
-                bad(format!(
-                    "tensor {name}: dtype {} (pagoda reads F32, F16, BF16)",
-                    e.dtype
-                ))
-            })?;
+            let Some(dtype) = Dtype::parse(&e.dtype) else {
+                unsupported.insert(name, e.dtype);
+                continue;
+            };
             let shape: Vec<usize> = e
                 .shape
                 .iter()
@@ -171,6 +173,7 @@ impl SafetensorsFile {
             path: path.to_owned(),
             map,
             entries,
+            unsupported,
         })
     }
 
@@ -180,6 +183,13 @@ impl SafetensorsFile {
 
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.entries.keys().map(String::as_str)
+    }
+
+    /// Names and dtypes of the tensors of dtypes pagoda does not read.
+    pub fn unsupported(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.unsupported
+            .iter()
+            .map(|(n, d)| (n.as_str(), d.as_str()))
     }
 
     pub fn tensor(&self, name: &str) -> Option<TensorView<'_>> {

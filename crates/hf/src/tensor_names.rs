@@ -25,6 +25,9 @@ pub fn gguf_name(
     n_heads: usize,
     n_kv_heads: usize,
 ) -> Option<(String, Transform)> {
+    if arch == Arch::Bert {
+        return bert_name(name).map(|n| (n, Transform::None));
+    }
     let name = ["language_model.model.", "language_model.", "model."]
         .iter()
         .find_map(|p| name.strip_prefix(p))
@@ -67,6 +70,37 @@ pub fn gguf_name(
     };
     // A bias (Qwen2's q/k/v) is permuted like its rows.
     Some((format!("blk.{layer}.{gguf}.{suffix}"), transform))
+}
+
+/// BERT's names as llama.cpp's `bert` architecture has them (gguf-py tensor_mapping.py).
+fn bert_name(name: &str) -> Option<String> {
+    let name = name.strip_prefix("bert.").unwrap_or(name);
+    let (module, suffix) = name.rsplit_once('.')?;
+    let fixed = match module {
+        "embeddings.word_embeddings" => Some("token_embd"),
+        "embeddings.position_embeddings" => Some("position_embd"),
+        "embeddings.token_type_embeddings" => Some("token_types"),
+        "embeddings.LayerNorm" => Some("token_embd_norm"),
+        _ => None,
+    };
+    if let Some(f) = fixed {
+        return Some(format!("{f}.{suffix}"));
+    }
+    let rest = module.strip_prefix("encoder.layer.")?;
+    let (layer, module) = rest.split_once('.')?;
+    let layer: usize = layer.parse().ok()?;
+    let gguf = match module {
+        "attention.self.query" => "attn_q",
+        "attention.self.key" => "attn_k",
+        "attention.self.value" => "attn_v",
+        "attention.output.dense" => "attn_output",
+        "attention.output.LayerNorm" => "attn_output_norm",
+        "intermediate.dense" => "ffn_up",
+        "output.dense" => "ffn_down",
+        "output.LayerNorm" => "layer_output_norm",
+        _ => return None,
+    };
+    Some(format!("blk.{layer}.{gguf}.{suffix}"))
 }
 
 /// GGUF row of HF row `r` for a tensor of `heads` heads of `head_dim` rows each: HF keeps the

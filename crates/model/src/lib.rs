@@ -6,6 +6,7 @@
 
 pub mod batch;
 pub mod config;
+pub mod encoder;
 pub mod engine_setup;
 mod error;
 pub mod executor;
@@ -18,6 +19,7 @@ pub mod weights;
 
 pub use batch::{ForwardBatch, Logits, SeqChunk};
 pub use config::{Architecture, KvCacheDtype, ModelConfig};
+pub use encoder::{Encoder, EncoderConfig, Pooling};
 pub use engine_setup::{EngineSetup, KvReport, build_engine};
 pub use error::ModelError;
 pub use executor::CpuExecutor;
