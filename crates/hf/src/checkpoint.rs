@@ -18,6 +18,14 @@ pub fn is_checkpoint_dir(path: &Path) -> bool {
     path.is_dir() && path.join("config.json").is_file()
 }
 
+/// Whether `path` is a checkpoint directory of an encoder (served for embeddings).
+pub fn is_encoder_dir(path: &Path) -> bool {
+    is_checkpoint_dir(path)
+        && HfConfig::read(&path.join("config.json"))
+            .and_then(|c| c.arch())
+            .is_ok_and(|a| a.is_encoder())
+}
+
 #[derive(Deserialize)]
 struct Index {
     weight_map: HashMap<String, String>,

@@ -14,7 +14,7 @@ mod sentence_transformers;
 mod tensor_names;
 mod tokenizer_json;
 
-pub use checkpoint::{Checkpoint, is_checkpoint_dir};
+pub use checkpoint::{Checkpoint, is_checkpoint_dir, is_encoder_dir};
 pub use config::HfConfig;
 pub use convert::convert;
 pub use error::HfError;

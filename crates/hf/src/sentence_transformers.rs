@@ -156,6 +156,20 @@ pub fn add_modules(
             max_seq = max_seq.min(m as usize);
         }
     }
+    // Matryoshka models list the lengths they were trained to be cut to (vLLM reads the same
+    // key from config.json).
+    let config: serde_json::Value = read_json(&dir.join("config.json"))?;
+    if let Some(dims) = config["matryoshka_dimensions"].as_array() {
+        let dims: Vec<u32> = dims
+            .iter()
+            .filter_map(|d| d.as_u64())
+            .map(|d| d as u32)
+            .collect();
+        out.kv(
+            "pagoda.embedding.matryoshka_dimensions",
+            MetaValue::Array(pagoda_gguf::MetaArray::U32(dims)),
+        );
+    }
     out.kv(&format!("{arch}.pooling_type"), MetaValue::U32(pooling));
     out.kv("pagoda.embedding.normalize", MetaValue::Bool(normalize));
     out.kv(

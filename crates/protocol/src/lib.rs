@@ -10,6 +10,7 @@
 pub mod chat;
 pub mod common;
 pub mod completions;
+pub mod embeddings;
 pub mod error;
 pub mod models;
 pub mod sse;
@@ -26,6 +27,9 @@ pub use common::{
 pub use completions::{
     CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse,
     CompletionStreamChunk, TopLogprobMap,
+};
+pub use embeddings::{
+    Embedding, EmbeddingRequest, EmbeddingResponse, EmbeddingUsage, EmbeddingVector,
 };
 pub use error::{ErrorBody, ErrorResponse};
 pub use models::{ModelCard, ModelList};

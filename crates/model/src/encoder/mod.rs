@@ -7,4 +7,6 @@ mod bert;
 mod pooling;
 
 pub use bert::{Encoder, EncoderConfig};
+/// The matmul scratch [`Encoder::embed`] reuses across calls.
+pub use pagoda_kernels::matmul::MatmulScratch;
 pub use pooling::Pooling;

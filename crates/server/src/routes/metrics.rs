@@ -8,9 +8,15 @@ use crate::state::AppState;
 
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     let stats = state.loaded().ok().map(|l| l.engine.stats());
-    let text = state
+    let mut text = state
         .metrics()
         .render(stats.as_ref(), &state.config().served_model_name);
+    if let Ok(e) = state.embedder() {
+        text.push_str(&crate::metrics::render_embedder(
+            &e.stats,
+            &state.config().served_model_name,
+        ));
+    }
     (
         [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
         text,
