@@ -17,7 +17,7 @@ use crate::model_path;
 #[derive(Args)]
 pub struct ServeArgs {
     /// GGUF model file, or a Hugging Face checkpoint directory (config.json, *.safetensors,
-    /// tokenizer.json) [default: SmolLM2-135M-Instruct Q4_1 in $PAGODA_MODEL_DIR]
+    /// tokenizer.json) [default: Qwen2.5-Coder-0.5B-Instruct Q4_K_M in $PAGODA_MODEL_DIR]
     #[arg(long, env = "PAGODA_MODEL")]
     model: Option<PathBuf>,
     /// Address to listen on.
