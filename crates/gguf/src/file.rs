@@ -98,6 +98,30 @@ impl GgufFile {
         Self::from_storage(Storage::Owned(bytes))
     }
 
+    /// A file built by [`crate::GgufAssembly`]: the data section is the whole buffer.
+    pub(crate) fn assembled(
+        metadata: Vec<(String, MetaValue)>,
+        key_index: HashMap<String, usize>,
+        tensors: Vec<TensorInfo>,
+        data: Vec<u8>,
+    ) -> Self {
+        let tensor_index = tensors
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.name.clone(), i))
+            .collect();
+        Self {
+            storage: Storage::Owned(data),
+            version: 3,
+            metadata,
+            key_index,
+            alignment: DEFAULT_ALIGNMENT,
+            data_offset: 0,
+            tensors,
+            tensor_index,
+        }
+    }
+
     fn from_storage(storage: Storage) -> Result<Self, GgufError> {
         let p = parse(storage.bytes())?;
         Ok(Self {

@@ -2,6 +2,7 @@
 //! Every offset, size, count and string length from the file is checked before use, so hostile
 //! input yields a [`GgufError`] naming the problem, never a panic or an oversized allocation.
 
+mod assembly;
 mod end_of_generation;
 mod error;
 mod file;
@@ -10,6 +11,7 @@ mod metadata;
 mod reader;
 mod tensor;
 
+pub use assembly::GgufAssembly;
 pub use end_of_generation::{EOG_TEXTS, end_of_generation_ids};
 pub use error::GgufError;
 pub use file::{DEFAULT_ALIGNMENT, GgufFile};

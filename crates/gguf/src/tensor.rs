@@ -69,7 +69,7 @@ pub(crate) fn read_tensor_info(r: &mut Reader<'_>, index: u64) -> Result<RawTens
 
 /// Bytes of a tensor of shape `dims` and type `ty`, checking every dim is non-zero, ne0 is a
 /// whole number of blocks, and nothing overflows.
-fn tensor_bytes(name: &str, dims: &[u64], ty: GgmlType) -> Result<usize, GgufError> {
+pub(crate) fn tensor_bytes(name: &str, dims: &[u64], ty: GgmlType) -> Result<usize, GgufError> {
     let bad = |detail: String| GgufError::BadShape {
         name: name.to_owned(),
         detail,

@@ -12,7 +12,7 @@ use pagoda_kernels::quant::{
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
-const WEIGHT_TYPES: [GgmlType; 9] = [
+const WEIGHT_TYPES: [GgmlType; 15] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
@@ -22,21 +22,15 @@ const WEIGHT_TYPES: [GgmlType; 9] = [
     GgmlType::Q8_0,
     GgmlType::Q4_K,
     GgmlType::Q6_K,
+    GgmlType::Q5_1,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
+    GgmlType::Q5_K,
+    GgmlType::IQ4_NL,
+    GgmlType::IQ4_XS,
 ];
 
-const ALL_TYPES: [GgmlType; 11] = [
-    GgmlType::F32,
-    GgmlType::F16,
-    GgmlType::BF16,
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q5_0,
-    GgmlType::Q8_0,
-    GgmlType::Q8_1,
-    GgmlType::Q4_K,
-    GgmlType::Q6_K,
-    GgmlType::Q8_K,
-];
+const ALL_TYPES: [GgmlType; 17] = GgmlType::ALL;
 
 fn random_row(rng: &mut StdRng, n: usize, scale: f32) -> Vec<f32> {
     (0..n)
@@ -233,6 +227,12 @@ fn quantize_dequantize_error_is_bounded() {
         (GgmlType::Q4_K, 0.07, 0.1),
         (GgmlType::Q6_K, 0.02, 0.025),
         (GgmlType::Q8_K, 0.006, 0.0045),
+        (GgmlType::Q5_1, 0.04, 0.04),
+        (GgmlType::Q2_K, 0.35, 0.5),
+        (GgmlType::Q3_K, 0.17, 0.3),
+        (GgmlType::Q5_K, 0.035, 0.07),
+        (GgmlType::IQ4_NL, 0.08, 0.13),
+        (GgmlType::IQ4_XS, 0.08, 0.15),
     ];
     let mut rng = StdRng::seed_from_u64(1);
     for (ty, max_rmse, max_err) in bounds {
@@ -296,7 +296,11 @@ fn vec_dot_matches_scalar_and_dequantized_reference_on_every_level() {
             let scalar = vec_dot(SimdLevel::Scalar, ty, &w, &a);
             // Integer dots are exact; only f32 scale products and sums round. Q4_1's min term
             // uses the activation sum stored as f16 (2^-11 relative).
-            let tol = if ty == GgmlType::Q4_1 { 1e-3 } else { 1e-5 } * mag;
+            let tol = if matches!(ty, GgmlType::Q4_1 | GgmlType::Q5_1) {
+                1e-3
+            } else {
+                1e-5
+            } * mag;
             assert!(
                 (scalar as f64 - want).abs() <= tol,
                 "{ty} n {n}: scalar {scalar} vs dequantized {want}"

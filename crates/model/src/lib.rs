@@ -7,6 +7,7 @@
 pub mod batch;
 pub mod config;
 pub mod draft;
+pub mod encoder;
 pub mod engine_setup;
 mod error;
 pub mod executor;
@@ -20,6 +21,7 @@ pub mod weights;
 pub use batch::{ForwardBatch, Logits, SeqChunk};
 pub use config::{Architecture, KvCacheDtype, ModelConfig};
 pub use draft::DraftProposer;
+pub use encoder::{Encoder, EncoderConfig, Pooling};
 pub use engine_setup::{EngineSetup, KvReport, build_engine, build_engine_with_draft};
 pub use error::ModelError;
 pub use executor::CpuExecutor;

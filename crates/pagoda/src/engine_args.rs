@@ -58,6 +58,10 @@ pub struct EngineArgs {
         conflicts_with = "scheduling_policy"
     )]
     pub priority_scheduling: bool,
+    /// What the matrices of a Hugging Face checkpoint (`--model DIR`) are quantized to at load:
+    /// q8_0, q4_k, q4_0, or none (keep f32/f16/bf16). GGUF files keep their own types.
+    #[arg(long, env = "PAGODA_QUANTIZATION", default_value = "q8_0", value_parser = ["q8_0", "q4_k", "q4_0", "none"])]
+    pub quantization: String,
     /// Compute threads [default: all cores].
     #[arg(long, env = "PAGODA_THREADS")]
     pub threads: Option<usize>,
@@ -66,6 +70,12 @@ pub struct EngineArgs {
 }
 
 impl EngineArgs {
+    /// The `--quantization` choice.
+    pub fn quantization(&self) -> anyhow::Result<pagoda_hf::Quantization> {
+        pagoda_hf::Quantization::from_name(&self.quantization)
+            .with_context(|| format!("--quantization {}", self.quantization))
+    }
+
     /// Checks the flags and turns them into an engine setup; sets the thread count.
     pub fn resolve(&self) -> anyhow::Result<EngineSetup> {
         if let Some(n) = self.threads {

@@ -19,7 +19,8 @@ use crate::model_path;
 
 #[derive(Args)]
 pub struct GenerateArgs {
-    /// GGUF model file [default: SmolLM2-135M-Instruct Q4_1 in $PAGODA_MODEL_DIR]
+    /// GGUF model file, or a Hugging Face checkpoint directory (config.json, *.safetensors,
+    /// tokenizer.json) [default: Qwen2.5-Coder-0.5B-Instruct Q4_K_M in $PAGODA_MODEL_DIR]
     #[arg(long, env = "PAGODA_MODEL")]
     model: Option<PathBuf>,
     /// The prompt text.
@@ -133,6 +134,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
             chat_template: template_text.as_deref(),
             // Every output of every prompt may wait while earlier prompts are printed.
             output_buffer: args.max_tokens as usize + 16,
+            quantization: args.engine.quantization()?,
         },
     )
     .with_context(|| format!("cannot load model {}", path.display()))?;

@@ -1,10 +1,11 @@
 //! Where models live: `$PAGODA_MODEL_DIR`, else `~/.cache/pagoda/models`, the directory that
-//! `scripts/fetch-models.sh` fills. The default model is SmolLM2-135M-Instruct (Q4_1).
+//! `scripts/fetch-models.sh` fills. The default model is Qwen2.5-Coder-0.5B-Instruct (Q4_K_M): it answers
+//! questions sensibly, where SmolLM2-135M (kept for the speed benchmarks) rambles.
 
 use std::path::PathBuf;
 
 /// File name of the default model inside the model directory.
-pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+pub const DEFAULT_MODEL_FILE: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
 
 /// The model directory.
 pub fn model_dir() -> PathBuf {

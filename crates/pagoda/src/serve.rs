@@ -16,7 +16,8 @@ use crate::model_path;
 
 #[derive(Args)]
 pub struct ServeArgs {
-    /// GGUF model file [default: SmolLM2-135M-Instruct Q4_1 in $PAGODA_MODEL_DIR]
+    /// GGUF model file, or a Hugging Face checkpoint directory (config.json, *.safetensors,
+    /// tokenizer.json) [default: Qwen2.5-Coder-0.5B-Instruct Q4_K_M in $PAGODA_MODEL_DIR]
     #[arg(long, env = "PAGODA_MODEL")]
     model: Option<PathBuf>,
     /// Address to listen on.
@@ -89,6 +90,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let keep_alive_timeout = positive_secs("--keep-alive-timeout", args.keep_alive_timeout)?;
     let served_model_name = match args.served_model_name {
         Some(n) => n,
+        // A checkpoint directory's whole name (`Qwen2.5-0.5B`), a file's stem.
+        None if path.is_dir() => path
+            .file_name()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "pagoda".to_owned()),
         None => path
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
@@ -112,6 +118,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         tool_call_parser: args.tool_call_parser,
         reasoning_parser: args.reasoning_parser,
         chat_template,
+        quantization: args.engine.quantization()?,
         ..ServerConfig::default()
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -11,6 +11,7 @@ pub mod anthropic;
 pub mod chat;
 pub mod common;
 pub mod completions;
+pub mod embeddings;
 pub mod error;
 pub mod models;
 pub mod responses;
@@ -29,6 +30,9 @@ pub use common::{
 pub use completions::{
     CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse,
     CompletionStreamChunk, TopLogprobMap,
+};
+pub use embeddings::{
+    Embedding, EmbeddingRequest, EmbeddingResponse, EmbeddingUsage, EmbeddingVector,
 };
 pub use error::{ErrorBody, ErrorResponse};
 pub use models::{ModelCard, ModelList};

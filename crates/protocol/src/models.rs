@@ -41,6 +41,10 @@ pub struct ModelCard {
     /// vLLM: context length the server accepts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_model_len: Option<u32>,
+    /// What the model serves: `"generate"` (completions and chat) or `"embed"` (embeddings),
+    /// as vLLM's `--task` / `supported_tasks` name them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<String>,
 }
 
 impl ModelCard {
@@ -54,6 +58,7 @@ impl ModelCard {
             root: None,
             parent: None,
             max_model_len: None,
+            task: None,
         }
     }
 }

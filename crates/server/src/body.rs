@@ -36,6 +36,9 @@ impl WireRequest for pagoda_protocol::responses::ResponsesRequest {
 impl WireRequest for pagoda_protocol::TokenizeRequest {
     const MINIMAL: &'static str = "{}";
 }
+impl WireRequest for pagoda_protocol::EmbeddingRequest {
+    const MINIMAL: &'static str = r#"{"model":"m","input":"i"}"#;
+}
 impl WireRequest for pagoda_protocol::DetokenizeRequest {
     const MINIMAL: &'static str = r#"{"tokens":[]}"#;
 }

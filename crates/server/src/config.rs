@@ -47,6 +47,8 @@ pub struct ServerConfig {
     pub response_store_entries: usize,
     /// ... each for at most this long.
     pub response_store_max_age: Duration,
+    /// What a Hugging Face checkpoint's matrices are quantized to at load.
+    pub quantization: pagoda_hf::Quantization,
 }
 
 impl Default for ServerConfig {
@@ -69,6 +71,7 @@ impl Default for ServerConfig {
             chat_template: None,
             response_store_entries: 1024,
             response_store_max_age: Duration::from_secs(3600),
+            quantization: pagoda_hf::Quantization::default(),
         }
     }
 }

@@ -6,12 +6,14 @@
 //! [`serve`] on the listener; no sleeps, the port is known before the server starts.
 
 mod auth;
+mod base64;
 mod body;
 mod chat_output;
 mod chat_prompt;
 pub mod config;
 mod constraints;
 mod cors;
+mod embedder;
 pub mod error;
 mod error_shape;
 mod generation;
@@ -87,6 +89,7 @@ pub fn app(state: AppState) -> Router {
             get(routes::responses::get).delete(routes::responses::delete),
         )
         .route("/v1/models", get(routes::models::models))
+        .route("/v1/embeddings", post(routes::embeddings::embeddings))
         .route("/tokenize", post(routes::tokenize::tokenize))
         .route("/detokenize", post(routes::tokenize::detokenize))
         // Before the route layer, so that the key check wraps the 405 as well.

@@ -292,6 +292,29 @@ fn gauge(out: &mut String, name: &str, help: &str, label: &str, v: f64) {
     );
 }
 
+/// The embedding batcher's counters: forward passes and the inputs they embedded (their ratio
+/// is the batch size concurrent requests reached).
+pub fn render_embedder(stats: &crate::embedder::EmbedderStats, model_name: &str) -> String {
+    use std::sync::atomic::Ordering;
+    let mut out = String::new();
+    let label = format!("model_name=\"{}\"", escape_label(model_name));
+    counter(
+        &mut out,
+        "pagoda:embedding_forward_passes_total",
+        "Encoder forward passes run by the embedding batcher.",
+        &label,
+        stats.passes.load(Ordering::Relaxed),
+    );
+    counter(
+        &mut out,
+        "pagoda:embedding_inputs_total",
+        "Inputs embedded.",
+        &label,
+        stats.inputs.load(Ordering::Relaxed),
+    );
+    out
+}
+
 pub(crate) fn counter(out: &mut String, name: &str, help: &str, label: &str, v: u64) {
     let _ = writeln!(
         out,

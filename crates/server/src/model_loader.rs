@@ -1,6 +1,7 @@
 //! Loading a model into a running engine, the one sequence `pagoda serve` and `pagoda generate`
-//! share: open the GGUF, build the tokenizer and chat template, load and size the engine, start
-//! its thread and run one warm-up token through it.
+//! share: open the GGUF (or convert a Hugging Face checkpoint directory into one), build the
+//! tokenizer and chat template, load and size the engine, start its thread and run one warm-up
+//! token through it.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -9,6 +10,7 @@ use pagoda_core::engine::{EngineHandle, HandleOptions};
 use pagoda_core::{EngineRequest, SamplingParams, SpecMethod};
 use pagoda_frontend::{ChatTemplate, Tokenizer};
 use pagoda_gguf::GgufFile;
+use pagoda_hf::Quantization;
 use pagoda_model::{EngineSetup, KvReport, Model, PackCache};
 use pagoda_structured::StructuredOutputs;
 
@@ -41,6 +43,8 @@ pub struct LoadOptions<'a> {
     pub chat_template: Option<&'a str>,
     /// Outputs buffered per request before a reader that fell behind is cut off.
     pub output_buffer: usize,
+    /// What a Hugging Face checkpoint's matrices become (GGUF files keep their own types).
+    pub quantization: Quantization,
 }
 
 /// A model serving from its own engine thread, with its text edge.
@@ -60,15 +64,34 @@ pub fn load_engine(path: &Path, opts: &LoadOptions<'_>) -> Result<LoadedModel, L
         path: path.display().to_string(),
         message,
     };
-    let file = Arc::new(GgufFile::open(path).map_err(|e| open_err(e.to_string()))?);
+    let checkpoint = pagoda_hf::is_checkpoint_dir(path);
+    let file = if checkpoint {
+        let started = std::time::Instant::now();
+        let file =
+            pagoda_hf::convert(path, opts.quantization).map_err(|e| open_err(e.to_string()))?;
+        tracing::info!(
+            quantization = opts.quantization.name(),
+            seconds = started.elapsed().as_secs_f64(),
+            "converted the Hugging Face checkpoint"
+        );
+        file
+    } else {
+        GgufFile::open(path).map_err(|e| open_err(e.to_string()))?
+    };
+    let file = Arc::new(file);
     let tokenizer =
         Arc::new(Tokenizer::from_gguf(&file).map_err(|e| LoadError::Tokenizer(e.to_string()))?);
     let template = ChatTemplate::from_gguf(&file, opts.chat_template)
         .map_err(|e| LoadError::Template(e.to_string()))?;
     // The packed weight layout is mapped from its cache beside the model when it is valid
     // (start-up in a fraction of a second), else packed and written there for next time.
-    let model = Model::load_cached(file, path, &PackCache::from_env())
-        .map_err(|e| LoadError::Model(e.to_string()))?;
+    // A converted checkpoint lives in memory only, so it has no pack cache to check against.
+    let model = if checkpoint {
+        Model::load(file)
+    } else {
+        Model::load_cached(file, path, &PackCache::from_env())
+    }
+    .map_err(|e| LoadError::Model(e.to_string()))?;
     let draft = match opts.setup.speculative.as_ref().map(|s| &s.method) {
         Some(SpecMethod::DraftModel { path }) => Some(load_draft(Path::new(path))?),
         _ => None,

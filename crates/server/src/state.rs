@@ -16,12 +16,14 @@ use tokio::sync::Notify;
 
 use crate::auth;
 use crate::config::ServerConfig;
+use crate::embedder::Embedder;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::model_loader::{LoadError, LoadOptions, load_engine};
 use crate::otlp::{OtlpError, OtlpExporter};
 use crate::response_store::ResponseStore;
 use crate::tenants::{KeysFileError, Reloaded, Tenants};
+use crate::validation_error::ValidationError;
 
 /// The model side of the server, present once loading finished.
 pub struct Loaded {
@@ -42,6 +44,8 @@ struct Inner {
     config: ServerConfig,
     metrics: Arc<Metrics>,
     loaded: OnceLock<Loaded>,
+    /// Set instead of `loaded` when the model is an encoder (embeddings only).
+    embedder: OnceLock<Embedder>,
     draining: AtomicBool,
     in_flight: AtomicUsize,
     idle: Notify,
@@ -109,6 +113,7 @@ impl AppState {
             config,
             metrics: Arc::new(Metrics::new()),
             loaded: OnceLock::new(),
+            embedder: OnceLock::new(),
             draining: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
             idle: Notify::new(),
@@ -120,11 +125,21 @@ impl AppState {
         }))
     }
 
-    /// Loads the GGUF at `path`, starts the engine and runs one warm-up request; blocks (call
+    /// Loads the GGUF (or Hugging Face checkpoint directory) at `path`, starts the engine and runs one warm-up request; blocks (call
     /// it from a plain thread or `spawn_blocking`). The server is ready when it returns `Ok`.
     pub fn load_model(&self, path: &Path, setup: &EngineSetup) -> Result<(), LoadError> {
-        if self.0.loaded.get().is_some() {
+        if self.0.loaded.get().is_some() || self.0.embedder.get().is_some() {
             return Err(LoadError::AlreadyLoaded);
+        }
+        if pagoda_hf::is_encoder_dir(path) {
+            let mut e = Embedder::load(path, self.0.config.quantization)?;
+            e.model_path = path.display().to_string();
+            tracing::info!(
+                dim = e.dim,
+                max_seq_len = e.max_seq_len,
+                "embedding model loaded"
+            );
+            return self.0.embedder.set(e).map_err(|_| LoadError::AlreadyLoaded);
         }
         let m = load_engine(
             path,
@@ -132,6 +147,7 @@ impl AppState {
                 setup,
                 chat_template: self.0.config.chat_template.as_deref(),
                 output_buffer: self.0.config.output_buffer,
+                quantization: self.0.config.quantization,
             },
         )?;
         let tool_format = match self.0.config.tool_call_parser {
@@ -217,17 +233,43 @@ impl AppState {
         &self.0.responses
     }
 
-    /// The model, or 503 while it loads.
+    /// The generation model, or 503 while it loads (400 when the model serves embeddings).
     pub fn loaded(&self) -> Result<&Loaded, ApiError> {
-        self.0
-            .loaded
-            .get()
-            .ok_or_else(|| ApiError::unavailable("the model is still loading"))
+        if let Some(l) = self.0.loaded.get() {
+            return Ok(l);
+        }
+        if self.0.embedder.get().is_some() {
+            return Err(ValidationError::WrongTask {
+                serves: "embeddings (POST /v1/embeddings)",
+                endpoint: "generation (completions, chat, tokenize)",
+            }
+            .into());
+        }
+        Err(ApiError::unavailable("the model is still loading"))
+    }
+
+    /// The embedding model, or 503 while it loads (400 when the model generates text).
+    pub fn embedder(&self) -> Result<&Embedder, ApiError> {
+        if let Some(e) = self.0.embedder.get() {
+            return Ok(e);
+        }
+        if self.0.loaded.get().is_some() {
+            return Err(ValidationError::WrongTask {
+                serves: "text generation",
+                endpoint: "POST /v1/embeddings",
+            }
+            .into());
+        }
+        Err(ApiError::unavailable("the model is still loading"))
+    }
+
+    fn is_loaded(&self) -> bool {
+        self.0.loaded.get().is_some() || self.0.embedder.get().is_some()
     }
 
     /// Ready = loaded, warmed and not draining.
     pub fn is_ready(&self) -> bool {
-        self.0.loaded.get().is_some() && !self.is_draining()
+        self.is_loaded() && !self.is_draining()
     }
 
     pub fn is_draining(&self) -> bool {
@@ -246,7 +288,9 @@ impl AppState {
         if self.is_draining() {
             return Err(ApiError::unavailable("the server is shutting down"));
         }
-        self.loaded()?;
+        if !self.is_loaded() {
+            return Err(ApiError::unavailable("the model is still loading"));
+        }
         self.0.in_flight.fetch_add(1, Ordering::AcqRel);
         Ok(InFlight(self.clone()))
     }

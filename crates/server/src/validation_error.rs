@@ -121,6 +121,22 @@ pub enum ValidationError {
         field: &'static str,
         message: String,
     },
+    /// An input longer than the model takes.
+    #[error(
+        "`{field}` #{index} has {tokens} tokens, more than the model's maximum of {max}; shorten it, or set `truncate_prompt_tokens` to keep the last ones"
+    )]
+    TooLong {
+        field: &'static str,
+        index: usize,
+        tokens: usize,
+        max: usize,
+    },
+    /// An endpoint of another task than the one the loaded model serves.
+    #[error("this model serves {serves}; {endpoint} is not available")]
+    WrongTask {
+        serves: &'static str,
+        endpoint: &'static str,
+    },
 }
 
 impl ValidationError {
@@ -190,6 +206,8 @@ impl ValidationError {
             Self::Template { .. } => Some("messages".to_owned()),
             Self::Engine { error, names, .. } => Some(names.rename(error.field()).to_owned()),
             Self::ModelNotFound { .. } => Some("model".to_owned()),
+            Self::TooLong { field, .. } => Some((*field).to_owned()),
+            Self::WrongTask { .. } => None,
         }
     }
 

@@ -264,6 +264,20 @@ impl GgufWriter {
         self
     }
 
+    /// The tensors added so far, in order.
+    pub fn tensors(&self) -> &[TensorSpec] {
+        &self.tensors
+    }
+
+    /// The value last set for metadata `key`.
+    pub fn value(&self, key: &str) -> Option<&Value> {
+        self.kvs
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v)
+    }
+
     /// Write this tensor count in the header instead of the real one.
     pub fn tensor_count_override(mut self, count: u64) -> Self {
         self.tensor_count_override = Some(count);

@@ -1,5 +1,7 @@
 //! Test helpers shared by the pagoda crates (a dev-dependency only): a GGUF writer for crafting
-//! valid and deliberately corrupted files.
+//! valid and deliberately corrupted files, tiny random models, and those models written as
+//! Hugging Face checkpoint directories.
 
 pub mod gguf_writer;
+pub mod hf_checkpoint;
 pub mod tiny_model;

@@ -2,7 +2,7 @@
 //! model file. Shapes are small but every tensor role uses a quant type the real files use
 //! (Q8_0, Q4_1, Q5_0, Q4_K, Q6_K, F32), and the metadata includes a tokenizer vocabulary.
 
-use pagoda_kernels::quant::{GgmlType, quantize_row};
+use pagoda_kernels::quant::{GgmlType, dequantize_row, quantize_row};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -31,6 +31,12 @@ pub struct TinyModel {
     pub sliding_window: u32,
     pub context_length: usize,
     pub seed: u64,
+    /// When set, every layer matrix is stored as this type instead of the per-role mix (the
+    /// token embedding stays Q8_0), so one file exercises one weight type end to end.
+    pub matrix_type: Option<GgmlType>,
+    /// Store every layer matrix as F32 holding the values after a round trip through its type:
+    /// the same weights as the quantized file, for checking a type's kernels against f32 math.
+    pub dequantized: bool,
 }
 
 impl TinyModel {
@@ -48,6 +54,8 @@ impl TinyModel {
             sliding_window: 0,
             context_length: 1024,
             seed: 1,
+            matrix_type: None,
+            dequantized: false,
         }
     }
 
@@ -66,7 +74,39 @@ impl TinyModel {
             sliding_window: 8,
             context_length: 1024,
             seed: 2,
+            matrix_type: None,
+            dequantized: false,
         }
+    }
+
+    /// The type of a layer matrix whose role uses `role_type`.
+    fn layer_type(&self, role_type: GgmlType) -> GgmlType {
+        self.matrix_type.unwrap_or(role_type)
+    }
+
+    /// A layer matrix of type `ty`, or its F32 round trip when `dequantized`.
+    #[allow(clippy::too_many_arguments)]
+    fn layer_matrix(
+        &self,
+        w: GgufWriter,
+        rng: &mut ChaCha8Rng,
+        name: &str,
+        rows: usize,
+        cols: usize,
+        ty: GgmlType,
+        gain: f32,
+    ) -> GgufWriter {
+        if !self.dequantized {
+            return matrix(w, rng, name, rows, cols, ty, gain);
+        }
+        let (_, data) = matrix_data(rng, rows, cols, ty, gain);
+        let mut row = vec![0.0f32; cols];
+        let mut f32_bytes = Vec::with_capacity(rows * cols * 4);
+        for src in data.chunks_exact(data.len() / rows) {
+            dequantize_row(ty, src, &mut row);
+            f32_bytes.extend(row.iter().flat_map(|v| v.to_le_bytes()));
+        }
+        w.tensor(name, &[cols as u64, rows as u64], GgmlType::F32, f32_bytes)
     }
 
     fn arch_name(&self) -> &'static str {
@@ -129,68 +169,68 @@ impl TinyModel {
         for il in 0..self.n_layers {
             let p = format!("blk.{il}");
             w = norm(w, &mut rng, &format!("{p}.attn_norm.weight"), d);
-            w = matrix(
+            w = self.layer_matrix(
                 w,
                 &mut rng,
                 &format!("{p}.attn_q.weight"),
                 qd,
                 d,
-                GgmlType::Q4_1,
+                self.layer_type(GgmlType::Q4_1),
                 1.0,
             );
-            w = matrix(
+            w = self.layer_matrix(
                 w,
                 &mut rng,
                 &format!("{p}.attn_k.weight"),
                 kvd,
                 d,
-                GgmlType::Q5_0,
+                self.layer_type(GgmlType::Q5_0),
                 1.0,
             );
-            w = matrix(
+            w = self.layer_matrix(
                 w,
                 &mut rng,
                 &format!("{p}.attn_v.weight"),
                 kvd,
                 d,
-                GgmlType::Q8_0,
+                self.layer_type(GgmlType::Q8_0),
                 1.0,
             );
-            w = matrix(
+            w = self.layer_matrix(
                 w,
                 &mut rng,
                 &format!("{p}.attn_output.weight"),
                 d,
                 qd,
-                GgmlType::Q4_K,
+                self.layer_type(GgmlType::Q4_K),
                 1.0,
             );
             w = norm(w, &mut rng, &format!("{p}.ffn_norm.weight"), d);
-            w = matrix(
+            w = self.layer_matrix(
                 w,
                 &mut rng,
                 &format!("{p}.ffn_gate.weight"),
                 f,
                 d,
-                GgmlType::Q4_K,
+                self.layer_type(GgmlType::Q4_K),
                 1.0,
             );
-            w = matrix(
+            w = self.layer_matrix(
                 w,
                 &mut rng,
                 &format!("{p}.ffn_up.weight"),
                 f,
                 d,
-                GgmlType::Q6_K,
+                self.layer_type(GgmlType::Q6_K),
                 1.0,
             );
-            w = matrix(
+            w = self.layer_matrix(
                 w,
                 &mut rng,
                 &format!("{p}.ffn_down.weight"),
                 d,
                 f,
-                GgmlType::Q6_K,
+                self.layer_type(GgmlType::Q6_K),
                 1.0,
             );
             if self.arch == TinyArch::Gemma3 {
@@ -257,6 +297,18 @@ fn matrix(
     ty: GgmlType,
     gain: f32,
 ) -> GgufWriter {
+    let (dims, data) = matrix_data(rng, rows, cols, ty, gain);
+    w.tensor(name, &dims, ty, data)
+}
+
+/// The GGUF dims and `ty` bytes of a [`matrix`].
+fn matrix_data(
+    rng: &mut ChaCha8Rng,
+    rows: usize,
+    cols: usize,
+    ty: GgmlType,
+    gain: f32,
+) -> ([u64; 2], Vec<u8>) {
     let scale = gain * (3.0 / cols as f32).sqrt();
     let row_bytes = ty
         .row_bytes(cols)
@@ -269,7 +321,7 @@ fn matrix(
         }
         quantize_row(ty, &row, dst);
     }
-    w.tensor(name, &[cols as u64, rows as u64], ty, data)
+    ([cols as u64, rows as u64], data)
 }
 
 /// An F32 norm weight near 1.

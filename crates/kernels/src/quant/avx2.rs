@@ -17,7 +17,7 @@ use super::k_quants::QK_K;
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn u16_at(p: *const u8) -> u32 {
+pub(super) unsafe fn u16_at(p: *const u8) -> u32 {
     unsafe { (p as *const u16).read_unaligned() as u32 }
 }
 
@@ -33,21 +33,21 @@ unsafe fn f16_load(p: *const u8) -> f32 {
 /// accumulator register, chaining every block onto the previous block's FMA (4x slower).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn f16x2(bits: u32) -> __m128 {
+pub(super) fn f16x2(bits: u32) -> __m128 {
     _mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32))
 }
 
 /// Product of the f16 scales at `x` and `y`, broadcast to 8 lanes.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn f16_product(x: *const u8, y: *const u8) -> __m256 {
+pub(super) unsafe fn f16_product(x: *const u8, y: *const u8) -> __m256 {
     let d = f16x2(unsafe { u16_at(x) | (u16_at(y) << 16) });
     _mm256_broadcastss_ps(_mm_mul_ss(d, _mm_movehdup_ps(d)))
 }
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn f32_load(p: *const u8) -> f32 {
+pub(super) unsafe fn f32_load(p: *const u8) -> f32 {
     unsafe { (p as *const f32).read_unaligned() }
 }
 
@@ -68,7 +68,7 @@ pub(super) unsafe fn load256(p: *const u8) -> __m256i {
 /// Unsigned i8 x signed i8 pair products summed to 8 x i32.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn mul_sum_u8_i8(x: __m256i, y: __m256i) -> __m256i {
+pub(super) fn mul_sum_u8_i8(x: __m256i, y: __m256i) -> __m256i {
     _mm256_madd_epi16(_mm256_maddubs_epi16(x, y), _mm256_set1_epi16(1))
 }
 
@@ -102,7 +102,7 @@ pub(super) unsafe fn bits_32(p: *const u8) -> __m256i {
 /// `unpack` turns a weight block into 32 signed bytes.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_signed_q8_0<const R: usize, const WB: usize>(
+pub(super) unsafe fn dot_signed_q8_0<const R: usize, const WB: usize>(
     w: &[u8],
     a: &[u8],
     out: &mut [f32],
@@ -157,10 +157,16 @@ pub(crate) unsafe fn dot_q5_0<const R: usize>(w: &[u8], a: &[u8], out: &mut [f32
     }
 }
 
-/// Q4_1 . Q8_1: unsigned nibbles, plus the min term `m_x * s_y` per block.
+/// Unsigned-weight block kernel shared by Q4_1 and Q5_1 against Q8_1 activations: `unpack`
+/// turns a weight block into 32 unsigned bytes; the min term `m_x * s_y` is added per block.
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn dot_q4_1<const R: usize>(w: &[u8], a: &[u8], out: &mut [f32]) {
-    const WB: usize = 20;
+unsafe fn dot_unsigned_q8_1<const R: usize, const WB: usize>(
+    w: &[u8],
+    a: &[u8],
+    out: &mut [f32],
+    unpack: impl Fn(*const u8) -> __m256i,
+) {
     const AB: usize = 36;
     let nb = w.len() / WB;
     let stride = nb * AB;
@@ -171,7 +177,7 @@ pub(crate) unsafe fn dot_q4_1<const R: usize>(w: &[u8], a: &[u8], out: &mut [f32
         for ib in 0..nb {
             let xb = wp.add(ib * WB);
             let xdm = (xb as *const u32).read_unaligned() as u64;
-            let qx = nibbles_32(xb.add(4));
+            let qx = unpack(xb);
             for r in 0..R {
                 let yb = ap.add(r * stride + ib * AB);
                 // [d_x, m_x, d_y, s_y] in one conversion, then [d_x d_y, m_x s_y].
@@ -190,46 +196,130 @@ pub(crate) unsafe fn dot_q4_1<const R: usize>(w: &[u8], a: &[u8], out: &mut [f32
     }
 }
 
+/// Q4_1 . Q8_1: unsigned nibbles, plus the min term.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_q4_1<const R: usize>(w: &[u8], a: &[u8], out: &mut [f32]) {
+    unsafe { dot_unsigned_q8_1::<R, 20>(w, a, out, |xb| nibbles_32(xb.add(4))) }
+}
+
+/// Q5_1 . Q8_1: Q4_1 with the 5th bit of each quant from the 32-bit `qh`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_q5_1<const R: usize>(w: &[u8], a: &[u8], out: &mut [f32]) {
+    unsafe {
+        dot_unsigned_q8_1::<R, 24>(w, a, out, |xb| {
+            let hi = _mm256_and_si256(bits_32(xb.add(4)), _mm256_set1_epi8(0x10));
+            _mm256_or_si256(nibbles_32(xb.add(8)), hi)
+        })
+    }
+}
+
+/// The 12 scale bytes of a Q4_K / Q5_K block at `s`, unpacked into the 8 scales (one byte
+/// each, in a u64) and the 8 mins widened to i16 (ggml's utmp trick; equivalent to
+/// get_scale_min_k4 for j in 0..8).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn scales_mins_k4(s: *const u8) -> (u64, __m128i) {
+    const KMASK1: u32 = 0x3f3f3f3f;
+    const KMASK2: u32 = 0x0f0f0f0f;
+    const KMASK3: u32 = 0x03030303;
+    let s = s as *const u32;
+    let (u0, u1, u2) = unsafe {
+        (
+            s.read_unaligned(),
+            s.add(1).read_unaligned(),
+            s.add(2).read_unaligned(),
+        )
+    };
+    let sc_lo = u0 & KMASK1;
+    let sc_hi = (u2 & KMASK2) | (((u0 >> 6) & KMASK3) << 4);
+    let mn_lo = u1 & KMASK1;
+    let mn_hi = ((u2 >> 4) & KMASK2) | (((u1 >> 6) & KMASK3) << 4);
+    let scales = (sc_lo as u64) | ((sc_hi as u64) << 32);
+    let mins = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(
+        ((mn_lo as u64) | ((mn_hi as u64) << 32)) as i64,
+    ));
+    (scales, mins)
+}
+
+/// The mins term of a Q4_K / Q5_K block against one Q8_K row: `sum_j m_j (bsum_2j + bsum_2j+1)`
+/// as 4 f32 lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn mins_term_k4(mins: __m128i, y_block: *const u8) -> __m128 {
+    let bsums = unsafe { load256(y_block.add(4 + QK_K)) };
+    let sums32 = _mm_hadd_epi16(
+        _mm256_castsi256_si128(bsums),
+        _mm256_extracti128_si256(bsums, 1),
+    );
+    _mm_cvtepi32_ps(_mm_madd_epi16(mins, sums32))
+}
+
 /// Q4_K . Q8_K. Per 64 elements: 32 weight bytes give two 32-element sub-blocks (low and high
 /// nibbles) with their own 6-bit scales; the mins term uses the activations' 16-element sums.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn dot_q4_k<const R: usize>(w: &[u8], a: &[u8], out: &mut [f32]) {
-    const WB: usize = 144;
+    let m4 = _mm256_set1_epi8(0x0F);
+    unsafe {
+        dot_scale_min_k::<R, 144>(w, a, out, |xb, c| {
+            let bits = load256(xb.add(16 + 32 * c));
+            (
+                _mm256_and_si256(bits, m4),
+                _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4),
+            )
+        })
+    }
+}
+
+/// Q5_K . Q8_K: Q4_K's scheme, each quant's 5th bit from `qh` (bit `2c` for the low nibbles of
+/// 64-element chunk `c`, bit `2c + 1` for the high ones).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_q5_k<const R: usize>(w: &[u8], a: &[u8], out: &mut [f32]) {
+    let m4 = _mm256_set1_epi8(0x0F);
+    let one = _mm256_set1_epi8(1);
+    unsafe {
+        dot_scale_min_k::<R, 176>(w, a, out, |xb, c| {
+            let bits = load256(xb.add(48 + 32 * c));
+            let qh = load256(xb.add(16));
+            let h = |k: usize| {
+                let b = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(k as i32)), one);
+                _mm256_slli_epi16(b, 4)
+            };
+            (
+                _mm256_or_si256(_mm256_and_si256(bits, m4), h(2 * c)),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4),
+                    h(2 * c + 1),
+                ),
+            )
+        })
+    }
+}
+
+/// The kernel Q4_K and Q5_K share: `unpack(block, c)` gives the unsigned quants of 64-element
+/// chunk `c` as two 32-byte halves (sub-blocks `2c` and `2c + 1`); the block starts with
+/// `d, dmin: f16` and the 12 packed scale bytes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_scale_min_k<const R: usize, const WB: usize>(
+    w: &[u8],
+    a: &[u8],
+    out: &mut [f32],
+    unpack: impl Fn(*const u8, usize) -> (__m256i, __m256i),
+) {
     const AB: usize = 292;
-    const KMASK1: u32 = 0x3f3f3f3f;
-    const KMASK2: u32 = 0x0f0f0f0f;
-    const KMASK3: u32 = 0x03030303;
     let nb = w.len() / WB;
     let stride = nb * AB;
     let (wp, ap) = (w.as_ptr(), a.as_ptr());
-    let m4 = _mm256_set1_epi8(0x0F);
     unsafe {
         let mut acc = [_mm256_setzero_ps(); R];
         for ib in 0..nb {
             let xb = wp.add(ib * WB);
             let dd = f16x2((xb as *const u32).read_unaligned());
             let (dx, dminx) = (_mm_cvtss_f32(dd), _mm_cvtss_f32(_mm_movehdup_ps(dd)));
-            // Unpack the 12 scale bytes into 8 scales then 8 mins, one byte each
-            // (ggml's utmp trick; equivalent to get_scale_min_k4 for j in 0..8).
-            let s = xb.add(4) as *const u32;
-            let (u0, u1, u2) = (
-                s.read_unaligned(),
-                s.add(1).read_unaligned(),
-                s.add(2).read_unaligned(),
-            );
-            let sc_lo = u0 & KMASK1;
-            let sc_hi = (u2 & KMASK2) | (((u0 >> 6) & KMASK3) << 4);
-            let mn_lo = u1 & KMASK1;
-            let mn_hi = ((u2 >> 4) & KMASK2) | (((u1 >> 6) & KMASK3) << 4);
-            let scales = (sc_lo as u64) | ((sc_hi as u64) << 32);
-            let mins = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(
-                ((mn_lo as u64) | ((mn_hi as u64) << 32)) as i64,
-            ));
+            let (scales, mins) = scales_mins_k4(xb.add(4));
             let mut sumi = [_mm256_setzero_si256(); R];
             for c in 0..4 {
-                let bits = load256(xb.add(16 + 32 * c));
-                let lo = _mm256_and_si256(bits, m4);
-                let hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+                let (lo, hi) = unpack(xb, c);
                 let s_lo = _mm256_set1_epi16(((scales >> (16 * c)) & 0xFF) as i16);
                 let s_hi = _mm256_set1_epi16(((scales >> (16 * c + 8)) & 0xFF) as i16);
                 for r in 0..R {
@@ -243,12 +333,7 @@ pub(crate) unsafe fn dot_q4_k<const R: usize>(w: &[u8], a: &[u8], out: &mut [f32
             for r in 0..R {
                 let yb = ap.add(r * stride + ib * AB);
                 let yd = f32_load(yb);
-                let bsums = load256(yb.add(4 + QK_K));
-                let sums32 = _mm_hadd_epi16(
-                    _mm256_castsi256_si128(bsums),
-                    _mm256_extracti128_si256(bsums, 1),
-                );
-                let m = _mm_cvtepi32_ps(_mm_madd_epi16(mins, sums32));
+                let m = mins_term_k4(mins, yb);
                 acc[r] =
                     _mm256_fmadd_ps(_mm256_set1_ps(yd * dx), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
                 acc[r] = _mm256_fmadd_ps(
@@ -267,7 +352,7 @@ pub(crate) unsafe fn dot_q4_k<const R: usize>(w: &[u8], a: &[u8], out: &mut [f32
 /// Shuffle mask picking byte `i` into the low 8 lanes and byte `i + 1` into the high 8.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn pair_mask(i: usize) -> __m128i {
+pub(super) fn pair_mask(i: usize) -> __m128i {
     const ONES: i64 = 0x0101010101010101;
     _mm_set_epi64x((i as i64 + 1) * ONES, i as i64 * ONES)
 }

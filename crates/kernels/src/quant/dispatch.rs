@@ -1,7 +1,7 @@
 //! Picks the row kernels for a (type, SIMD level) pair: dequantize, quantize, and the weight-row
 //! dot products against 1 or 4 activation rows that `matmul` runs.
 
-use super::{GgmlType, avx2, float, k_quants, legacy};
+use super::{GgmlType, avx2, avx2_iq4, avx2_k_low, float, iq4, k_quants, k_quants_low, legacy};
 use crate::cpu::SimdLevel;
 
 /// `out[r] = w . a_r` for `r < out.len()`, the activation rows stored back to back in `a`
@@ -40,12 +40,18 @@ scalar_rows!(scalar_q4_1, legacy::dot_q4_1_q8_1);
 scalar_rows!(scalar_q5_0, legacy::dot_q5_0_q8_0);
 scalar_rows!(scalar_q8_0, legacy::dot_q8_0_q8_0);
 scalar_rows!(scalar_q4_k, k_quants::dot_q4_k_q8_k);
+scalar_rows!(scalar_q5_1, legacy::dot_q5_1_q8_1);
+scalar_rows!(scalar_q2_k, k_quants_low::dot_q2_k_q8_k);
+scalar_rows!(scalar_q3_k, k_quants_low::dot_q3_k_q8_k);
+scalar_rows!(scalar_q5_k, k_quants_low::dot_q5_k_q8_k);
+scalar_rows!(scalar_iq4_nl, iq4::dot_iq4_nl_q8_0);
+scalar_rows!(scalar_iq4_xs, iq4::dot_iq4_xs_q8_k);
 scalar_rows!(scalar_q6_k, k_quants::dot_q6_k_q8_k);
 
 /// Safe entry to an AVX2 kernel for `R` rows. `$wb`/`$ab` are the weight and activation bytes
 /// per element or block; the lengths are checked here so the kernel can use raw pointers.
 macro_rules! avx2_rows {
-    ($name:ident, $kernel:ident, $r:literal, $wb:literal, $ab:literal) => {
+    ($name:ident, $m:ident :: $kernel:ident, $r:literal, $wb:literal, $ab:literal) => {
         fn $name(w: &[u8], a: &[u8], out: &mut [f32]) {
             let nb = w.len() / $wb;
             assert!(
@@ -54,29 +60,41 @@ macro_rules! avx2_rows {
             );
             // SAFETY: these wrappers are only reachable through `dot_kernels(_, Avx2)`, which
             // `level_supported` guards, so the CPU has AVX2+FMA+F16C; lengths checked above.
-            unsafe { avx2::$kernel::<$r>(w, a, out) }
+            unsafe { $m::$kernel::<$r>(w, a, out) }
         }
     };
 }
 
-avx2_rows!(avx2_f32_1, dot_f32, 1, 4, 4);
-avx2_rows!(avx2_f32_4, dot_f32, 4, 4, 4);
-avx2_rows!(avx2_f16_1, dot_f16, 1, 2, 4);
-avx2_rows!(avx2_f16_4, dot_f16, 4, 2, 4);
-avx2_rows!(avx2_bf16_1, dot_bf16, 1, 2, 4);
-avx2_rows!(avx2_bf16_4, dot_bf16, 4, 2, 4);
-avx2_rows!(avx2_q4_0_1, dot_q4_0, 1, 18, 34);
-avx2_rows!(avx2_q4_0_4, dot_q4_0, 4, 18, 34);
-avx2_rows!(avx2_q4_1_1, dot_q4_1, 1, 20, 36);
-avx2_rows!(avx2_q4_1_4, dot_q4_1, 4, 20, 36);
-avx2_rows!(avx2_q5_0_1, dot_q5_0, 1, 22, 34);
-avx2_rows!(avx2_q5_0_4, dot_q5_0, 4, 22, 34);
-avx2_rows!(avx2_q8_0_1, dot_q8_0, 1, 34, 34);
-avx2_rows!(avx2_q8_0_4, dot_q8_0, 4, 34, 34);
-avx2_rows!(avx2_q4_k_1, dot_q4_k, 1, 144, 292);
-avx2_rows!(avx2_q4_k_4, dot_q4_k, 4, 144, 292);
-avx2_rows!(avx2_q6_k_1, dot_q6_k, 1, 210, 292);
-avx2_rows!(avx2_q6_k_4, dot_q6_k, 4, 210, 292);
+avx2_rows!(avx2_f32_1, avx2::dot_f32, 1, 4, 4);
+avx2_rows!(avx2_f32_4, avx2::dot_f32, 4, 4, 4);
+avx2_rows!(avx2_f16_1, avx2::dot_f16, 1, 2, 4);
+avx2_rows!(avx2_f16_4, avx2::dot_f16, 4, 2, 4);
+avx2_rows!(avx2_bf16_1, avx2::dot_bf16, 1, 2, 4);
+avx2_rows!(avx2_bf16_4, avx2::dot_bf16, 4, 2, 4);
+avx2_rows!(avx2_q4_0_1, avx2::dot_q4_0, 1, 18, 34);
+avx2_rows!(avx2_q4_0_4, avx2::dot_q4_0, 4, 18, 34);
+avx2_rows!(avx2_q4_1_1, avx2::dot_q4_1, 1, 20, 36);
+avx2_rows!(avx2_q4_1_4, avx2::dot_q4_1, 4, 20, 36);
+avx2_rows!(avx2_q5_0_1, avx2::dot_q5_0, 1, 22, 34);
+avx2_rows!(avx2_q5_0_4, avx2::dot_q5_0, 4, 22, 34);
+avx2_rows!(avx2_q8_0_1, avx2::dot_q8_0, 1, 34, 34);
+avx2_rows!(avx2_q8_0_4, avx2::dot_q8_0, 4, 34, 34);
+avx2_rows!(avx2_q4_k_1, avx2::dot_q4_k, 1, 144, 292);
+avx2_rows!(avx2_q4_k_4, avx2::dot_q4_k, 4, 144, 292);
+avx2_rows!(avx2_q6_k_1, avx2::dot_q6_k, 1, 210, 292);
+avx2_rows!(avx2_q6_k_4, avx2::dot_q6_k, 4, 210, 292);
+avx2_rows!(avx2_q5_1_1, avx2::dot_q5_1, 1, 24, 36);
+avx2_rows!(avx2_q5_1_4, avx2::dot_q5_1, 4, 24, 36);
+avx2_rows!(avx2_q5_k_1, avx2::dot_q5_k, 1, 176, 292);
+avx2_rows!(avx2_q5_k_4, avx2::dot_q5_k, 4, 176, 292);
+avx2_rows!(avx2_q2_k_1, avx2_k_low::dot_q2_k, 1, 84, 292);
+avx2_rows!(avx2_q2_k_4, avx2_k_low::dot_q2_k, 4, 84, 292);
+avx2_rows!(avx2_q3_k_1, avx2_k_low::dot_q3_k, 1, 110, 292);
+avx2_rows!(avx2_q3_k_4, avx2_k_low::dot_q3_k, 4, 110, 292);
+avx2_rows!(avx2_iq4_nl_1, avx2_iq4::dot_iq4_nl, 1, 18, 34);
+avx2_rows!(avx2_iq4_nl_4, avx2_iq4::dot_iq4_nl, 4, 18, 34);
+avx2_rows!(avx2_iq4_xs_1, avx2_iq4::dot_iq4_xs, 1, 136, 292);
+avx2_rows!(avx2_iq4_xs_4, avx2_iq4::dot_iq4_xs, 4, 136, 292);
 
 /// Whether this CPU can run `level` (the AVX2 kernels need AVX2, FMA and F16C).
 pub(crate) fn level_supported(level: SimdLevel) -> bool {
@@ -114,6 +132,12 @@ pub(crate) fn dot_kernels(ty: GgmlType, level: SimdLevel) -> Option<DotKernels> 
         (SimdLevel::Scalar, GgmlType::Q8_0) => s(scalar_q8_0),
         (SimdLevel::Scalar, GgmlType::Q4_K) => s(scalar_q4_k),
         (SimdLevel::Scalar, GgmlType::Q6_K) => s(scalar_q6_k),
+        (SimdLevel::Scalar, GgmlType::Q5_1) => s(scalar_q5_1),
+        (SimdLevel::Scalar, GgmlType::Q2_K) => s(scalar_q2_k),
+        (SimdLevel::Scalar, GgmlType::Q3_K) => s(scalar_q3_k),
+        (SimdLevel::Scalar, GgmlType::Q5_K) => s(scalar_q5_k),
+        (SimdLevel::Scalar, GgmlType::IQ4_NL) => s(scalar_iq4_nl),
+        (SimdLevel::Scalar, GgmlType::IQ4_XS) => s(scalar_iq4_xs),
         (SimdLevel::Avx2, GgmlType::F32) => k(avx2_f32_1, avx2_f32_4),
         (SimdLevel::Avx2, GgmlType::F16) => k(avx2_f16_1, avx2_f16_4),
         (SimdLevel::Avx2, GgmlType::BF16) => k(avx2_bf16_1, avx2_bf16_4),
@@ -123,6 +147,12 @@ pub(crate) fn dot_kernels(ty: GgmlType, level: SimdLevel) -> Option<DotKernels> 
         (SimdLevel::Avx2, GgmlType::Q8_0) => k(avx2_q8_0_1, avx2_q8_0_4),
         (SimdLevel::Avx2, GgmlType::Q4_K) => k(avx2_q4_k_1, avx2_q4_k_4),
         (SimdLevel::Avx2, GgmlType::Q6_K) => k(avx2_q6_k_1, avx2_q6_k_4),
+        (SimdLevel::Avx2, GgmlType::Q5_1) => k(avx2_q5_1_1, avx2_q5_1_4),
+        (SimdLevel::Avx2, GgmlType::Q2_K) => k(avx2_q2_k_1, avx2_q2_k_4),
+        (SimdLevel::Avx2, GgmlType::Q3_K) => k(avx2_q3_k_1, avx2_q3_k_4),
+        (SimdLevel::Avx2, GgmlType::Q5_K) => k(avx2_q5_k_1, avx2_q5_k_4),
+        (SimdLevel::Avx2, GgmlType::IQ4_NL) => k(avx2_iq4_nl_1, avx2_iq4_nl_4),
+        (SimdLevel::Avx2, GgmlType::IQ4_XS) => k(avx2_iq4_xs_1, avx2_iq4_xs_4),
     }
 }
 
@@ -139,6 +169,12 @@ pub(crate) fn dequantizer(ty: GgmlType) -> fn(&[u8], &mut [f32]) {
         GgmlType::Q8_1 => legacy::dequantize_q8_1,
         GgmlType::Q4_K => k_quants::dequantize_q4_k,
         GgmlType::Q6_K => k_quants::dequantize_q6_k,
+        GgmlType::Q5_1 => legacy::dequantize_q5_1,
+        GgmlType::Q2_K => k_quants_low::dequantize_q2_k,
+        GgmlType::Q3_K => k_quants_low::dequantize_q3_k,
+        GgmlType::Q5_K => k_quants_low::dequantize_q5_k,
+        GgmlType::IQ4_NL => iq4::dequantize_iq4_nl,
+        GgmlType::IQ4_XS => iq4::dequantize_iq4_xs,
         GgmlType::Q8_K => k_quants::dequantize_q8_k,
     }
 }
@@ -156,6 +192,12 @@ pub(crate) fn quantizer(ty: GgmlType) -> fn(&[f32], &mut [u8]) {
         GgmlType::Q8_1 => legacy::quantize_q8_1,
         GgmlType::Q4_K => k_quants::quantize_q4_k,
         GgmlType::Q6_K => k_quants::quantize_q6_k,
+        GgmlType::Q5_1 => legacy::quantize_q5_1,
+        GgmlType::Q2_K => k_quants_low::quantize_q2_k,
+        GgmlType::Q3_K => k_quants_low::quantize_q3_k,
+        GgmlType::Q5_K => k_quants_low::quantize_q5_k,
+        GgmlType::IQ4_NL => iq4::quantize_iq4_nl,
+        GgmlType::IQ4_XS => iq4::quantize_iq4_xs,
         GgmlType::Q8_K => k_quants::quantize_q8_k,
     }
 }

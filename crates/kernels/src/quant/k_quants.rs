@@ -10,7 +10,7 @@ pub(crate) const QK_K: usize = 256;
 
 /// ggml's `nearest_int`: round half to even (the 1.5 * 2^23 trick in ggml-quants.c).
 #[inline(always)]
-fn nearest_int(v: f32) -> i32 {
+pub(crate) fn nearest_int(v: f32) -> i32 {
     v.round_ties_even() as i32
 }
 
@@ -52,11 +52,15 @@ pub(crate) fn dequantize_q4_k(src: &[u8], dst: &mut [f32]) {
 
 /// ggml make_qkx2_quants: asymmetric `scale * L + min` fit of `x` with `L` in 0..=nmax,
 /// searching `nstep + 1` candidate scales around `nmax / (max - min)` for the least weighted
-/// squared error. Returns `(scale, -min)`.
-fn make_qkx2_quants(x: &[f32], weights: &[f32], nmax: i32, l_out: &mut [u8]) -> (f32, f32) {
-    const RMIN: f32 = -1.0;
-    const RDELTA: f32 = 0.1;
-    const NSTEP: i32 = 20;
+/// squared error. Returns `(scale, -min)`. Q4_K searches `(-1.0, 0.1, 20)`, Q5_K and Q2_K
+/// `(-0.5, 0.1, 15)` (the `rmin, rdelta, nstep` arguments in ggml-quants.c).
+pub(crate) fn make_qkx2_quants(
+    x: &[f32],
+    weights: &[f32],
+    nmax: i32,
+    l_out: &mut [u8],
+    (rmin, rdelta, nstep): (f32, f32, i32),
+) -> (f32, f32) {
     let n = x.len();
     let mut min = x.iter().copied().fold(f32::MAX, f32::min);
     let max = x.iter().copied().fold(f32::MIN, f32::max);
@@ -79,8 +83,8 @@ fn make_qkx2_quants(x: &[f32], weights: &[f32], nmax: i32, l_out: &mut [u8]) -> 
         best_err += weights[i] * diff * diff;
     }
     let mut laux = [0u8; 32];
-    for is in 0..=NSTEP {
-        iscale = (RMIN + RDELTA * is as f32 + nmax as f32) / (max - min);
+    for is in 0..=nstep {
+        iscale = (rmin + rdelta * is as f32 + nmax as f32) / (max - min);
         let (mut sum_l, mut sum_l2, mut sum_xl) = (0.0f32, 0.0f32, 0.0f32);
         for i in 0..n {
             let l = nearest_int(iscale * (x[i] - min)).clamp(0, nmax);
@@ -129,7 +133,7 @@ pub(crate) fn quantize_q4_k(src: &[f32], dst: &mut [u8]) {
             for (w, v) in w.iter_mut().zip(xs) {
                 *w = av_x + v.abs();
             }
-            let (s, m) = make_qkx2_quants(xs, &w, 15, &mut l[32 * j..32 * j + 32]);
+            let (s, m) = make_qkx2_quants(xs, &w, 15, &mut l[32 * j..32 * j + 32], (-1.0, 0.1, 20));
             scales[j] = s;
             mins[j] = m;
         }
@@ -240,7 +244,7 @@ fn q6_quads(ql: &[u8], qh: &[u8], l: usize) -> [i32; 4] {
 
 /// ggml make_qx_quants (rmse_type 1): symmetric fit of `x` with `L - nmax` in -nmax..nmax-1,
 /// weighting by x^2 and trying 18 scales around `-nmax / max`. Writes `L` (biased by nmax).
-fn make_qx_quants(x: &[f32], nmax: i32, l_out: &mut [u8]) -> f32 {
+pub(crate) fn make_qx_quants(x: &[f32], nmax: i32, l_out: &mut [u8]) -> f32 {
     let (mut amax, mut max) = (0.0f32, 0.0f32);
     for &v in x {
         if v.abs() > amax {
@@ -356,7 +360,7 @@ pub(crate) fn dot_q6_k_q8_k(w: &[u8], a: &[u8]) -> f32 {
 // ---------------------------------------------------------------- Q8_K
 
 #[inline(always)]
-fn bsum_at(y: &[u8], j: usize) -> i32 {
+pub(crate) fn bsum_at(y: &[u8], j: usize) -> i32 {
     i16::from_le_bytes([y[260 + 2 * j], y[261 + 2 * j]]) as i32
 }
 

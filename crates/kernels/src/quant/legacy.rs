@@ -1,4 +1,4 @@
-//! The 32-element "legacy" block formats Q4_0, Q4_1, Q5_0, Q8_0 and Q8_1: dequantization,
+//! The 32-element "legacy" block formats Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and Q8_1: dequantization,
 //! ggml's reference quantizers (`quantize_row_*_ref` in ggml-quants.c), the activation quantizers
 //! ggml-cpu runs on x86 (for logit parity), and scalar reference dot products.
 //!
@@ -74,6 +74,21 @@ pub(crate) fn dequantize_q5_0(src: &[u8], dst: &mut [f32]) {
     }
 }
 
+/// Q5_1 block: `d: f16, m: f16, qh: u32, qs[16]`; value `q * d + m` with q in 0..32.
+pub(crate) fn dequantize_q5_1(src: &[u8], dst: &mut [f32]) {
+    for (b, y) in src.chunks_exact(24).zip(dst.chunks_exact_mut(QK)) {
+        let (d, m) = (f16_at(b, 0), f16_at(b, 2));
+        let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+        for j in 0..16 {
+            let q = b[8 + j];
+            let h0 = ((qh >> j) & 1) << 4;
+            let h1 = ((qh >> (j + 16)) & 1) << 4;
+            y[j] = ((q & 0x0F) as u32 | h0) as f32 * d + m;
+            y[j + 16] = ((q >> 4) as u32 | h1) as f32 * d + m;
+        }
+    }
+}
+
 /// Q8_0 block: `d: f16, qs: i8[32]`.
 pub(crate) fn dequantize_q8_0(src: &[u8], dst: &mut [f32]) {
     for (b, y) in src.chunks_exact(34).zip(dst.chunks_exact_mut(QK)) {
@@ -144,6 +159,27 @@ pub(crate) fn quantize_q5_0(src: &[f32], dst: &mut [u8]) {
             qh |= (((x1 & 0x10) >> 4) as u32) << (j + 16);
         }
         b[2..6].copy_from_slice(&qh.to_le_bytes());
+    }
+}
+
+/// ggml quantize_row_q5_1_ref: d = (max - min) / 31, m = min.
+pub(crate) fn quantize_q5_1(src: &[f32], dst: &mut [u8]) {
+    for (x, b) in src.chunks_exact(QK).zip(dst.chunks_exact_mut(24)) {
+        let min = x.iter().copied().fold(f32::MAX, f32::min);
+        let max = x.iter().copied().fold(f32::MIN, f32::max);
+        let d = (max - min) / 31.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        put_f16(b, 0, d);
+        put_f16(b, 2, min);
+        let mut qh = 0u32;
+        for j in 0..16 {
+            let x0 = (((x[j] - min) * id + 0.5) as u8).min(31);
+            let x1 = (((x[j + 16] - min) * id + 0.5) as u8).min(31);
+            b[8 + j] = (x0 & 0x0F) | ((x1 & 0x0F) << 4);
+            qh |= ((x0 >> 4) as u32) << j;
+            qh |= ((x1 >> 4) as u32) << (j + 16);
+        }
+        b[4..8].copy_from_slice(&qh.to_le_bytes());
     }
 }
 
@@ -256,6 +292,23 @@ pub(crate) fn dot_q5_0_q8_0(w: &[u8], a: &[u8]) -> f32 {
             sumi += q0 * y[2 + j] as i8 as i32 + q1 * y[18 + j] as i8 as i32;
         }
         sum += sumi as f32 * (f16_at(x, 0) * f16_at(y, 0));
+    }
+    sum
+}
+
+/// Q5_1 . Q8_1: as Q4_1 with the 5th bit from qh.
+pub(crate) fn dot_q5_1_q8_1(w: &[u8], a: &[u8]) -> f32 {
+    let mut sum = 0.0f32;
+    for (x, y) in w.chunks_exact(24).zip(a.chunks_exact(36)) {
+        let qh = u32::from_le_bytes([x[4], x[5], x[6], x[7]]);
+        let mut sumi = 0i32;
+        for j in 0..16 {
+            let q = x[8 + j];
+            let q0 = ((q & 0x0F) as u32 | (((qh >> j) & 1) << 4)) as i32;
+            let q1 = ((q >> 4) as u32 | (((qh >> (j + 16)) & 1) << 4)) as i32;
+            sumi += q0 * y[4 + j] as i8 as i32 + q1 * y[20 + j] as i8 as i32;
+        }
+        sum += sumi as f32 * (f16_at(x, 0) * f16_at(y, 0)) + f16_at(x, 2) * f16_at(y, 2);
     }
     sum
 }

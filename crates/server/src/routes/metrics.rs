@@ -12,6 +12,12 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
         .metrics()
         .render(stats.as_ref(), &state.config().served_model_name);
     state.tenants().render_metrics(&mut text);
+    if let Ok(e) = state.embedder() {
+        text.push_str(&crate::metrics::render_embedder(
+            &e.stats,
+            &state.config().served_model_name,
+        ));
+    }
     (
         [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
         text,

@@ -12,6 +12,11 @@ pub async fn models(State(state): State<AppState>) -> Response {
     if let Ok(l) = state.loaded() {
         card.root = Some(l.model_path.clone());
         card.max_model_len = Some(l.engine.max_model_len() as u32);
+        card.task = Some("generate".to_owned());
+    } else if let Ok(e) = state.embedder() {
+        card.root = Some(e.model_path.clone());
+        card.max_model_len = Some(e.max_seq_len as u32);
+        card.task = Some("embed".to_owned());
     }
     Json(ModelList::new(vec![card])).into_response()
 }

@@ -1,0 +1,48 @@
+//! A Hugging Face `tokenizer.json` run by the `tokenizers` crate itself, for the models whose
+//! vocabulary has no GGUF form in pagoda (the WordPiece of BERT encoders). Its own truncation
+//! and padding settings are turned off: the server decides what is too long.
+
+use std::path::Path;
+
+use crate::error::TokenizerError;
+
+pub struct HfTokenizer {
+    inner: tokenizers::Tokenizer,
+}
+
+impl HfTokenizer {
+    pub fn from_file(path: &Path) -> Result<Self, TokenizerError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| TokenizerError::Json(format!("{}: {e}", path.display())))?;
+        Self::from_json(&text)
+    }
+
+    pub fn from_json(text: &str) -> Result<Self, TokenizerError> {
+        let mut inner: tokenizers::Tokenizer = text
+            .parse()
+            .map_err(|e| TokenizerError::Json(format!("tokenizer.json: {e}")))?;
+        inner
+            .with_truncation(None)
+            .map_err(|e| TokenizerError::Json(e.to_string()))?;
+        inner.with_padding(None);
+        Ok(Self { inner })
+    }
+
+    /// The ids of `text` with the tokenizer's special tokens around it ([CLS] ... [SEP]).
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
+        self.inner
+            .encode(text, true)
+            .map(|e| e.get_ids().to_vec())
+            .map_err(|e| TokenizerError::Json(e.to_string()))
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+
+    pub fn decode(&self, ids: &[u32]) -> Result<String, TokenizerError> {
+        self.inner
+            .decode(ids, true)
+            .map_err(|e| TokenizerError::Json(e.to_string()))
+    }
+}

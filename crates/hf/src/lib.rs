@@ -1,0 +1,23 @@
+//! Hugging Face checkpoint directories: `config.json`, `*.safetensors` (one file or sharded by
+//! `model.safetensors.index.json`), `tokenizer.json` and `tokenizer_config.json`. [`convert`]
+//! maps them onto GGUF's tensor names, layouts and metadata keys and quantizes the matrices in
+//! situ, giving an in-memory [`pagoda_gguf::GgufFile`] that the rest of pagoda loads as it
+//! loads any GGUF.
+
+mod checkpoint;
+mod config;
+mod convert;
+mod error;
+mod quantization;
+mod safetensors;
+mod sentence_transformers;
+mod tensor_names;
+mod tokenizer_json;
+
+pub use checkpoint::{Checkpoint, is_checkpoint_dir, is_encoder_dir};
+pub use config::HfConfig;
+pub use convert::convert;
+pub use error::HfError;
+pub use quantization::Quantization;
+pub use safetensors::{Dtype, SafetensorsFile, TensorView};
+pub use sentence_transformers::{POOLING_CLS, POOLING_LAST, POOLING_MEAN};

@@ -1,0 +1,69 @@
+//! The row kernels encoders (BERT) use and decoders do not: LayerNorm with a bias and the exact
+//! erf GELU (transformers' `gelu`). Scalar only: an encoder step is dominated by its matmuls.
+
+/// `x = (x - mean) / sqrt(var + eps) * w + b` for each row of `w.len()` values (statistics in
+/// f64, as PyTorch's CPU LayerNorm accumulates in a wider type).
+pub fn layer_norm_rows(x: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
+    let n = w.len();
+    debug_assert!(n > 0 && x.len().is_multiple_of(n) && b.len() == n);
+    for row in x.chunks_exact_mut(n) {
+        let mean = row.iter().map(|&v| v as f64).sum::<f64>() / n as f64;
+        let var = row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n as f64;
+        let inv = 1.0 / (var + eps as f64).sqrt();
+        for ((v, &w), &b) in row.iter_mut().zip(w).zip(b) {
+            *v = ((*v as f64 - mean) * inv) as f32 * w + b;
+        }
+    }
+}
+
+/// `x = x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2))`, in place.
+pub fn gelu_erf_inplace(x: &mut [f32]) {
+    for v in x {
+        let t = *v as f64;
+        *v = (0.5 * t * (1.0 + erf(t * std::f64::consts::FRAC_1_SQRT_2))) as f32;
+    }
+}
+
+/// erf from the Numerical Recipes `erfc` Chebyshev fit (relative error below 1.2e-7), in f64:
+/// within f32 rounding of the exact value for GELU's purposes.
+fn erf(x: f64) -> f64 {
+    let z = x.abs();
+    let t = 1.0 / (1.0 + 0.5 * z);
+    let poly = -z * z - 1.265_512_23
+        + t * (1.000_023_68
+            + t * (0.374_091_96
+                + t * (0.096_784_18
+                    + t * (-0.186_288_06
+                        + t * (0.278_868_07
+                            + t * (-1.135_203_98
+                                + t * (1.488_515_87 + t * (-0.822_152_23 + t * 0.170_872_77))))))));
+    let erfc = t * poly.exp();
+    if x >= 0.0 { 1.0 - erfc } else { erfc - 1.0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn erf_matches_known_values() {
+        // erf(0.5), erf(1), erf(2) to 10 digits (Abramowitz & Stegun table 7.1).
+        for (x, want) in [
+            (0.5, 0.520_499_877_8),
+            (1.0, 0.842_700_792_9),
+            (2.0, 0.995_322_265_0),
+        ] {
+            assert!((erf(x) - want).abs() < 2e-7, "erf({x}) = {}", erf(x));
+            assert!((erf(-x) + want).abs() < 2e-7);
+        }
+    }
+
+    #[test]
+    fn layer_norm_centres_and_scales() {
+        let mut x = vec![1.0, 2.0, 3.0, 4.0];
+        layer_norm_rows(&mut x, &[1.0; 4], &[0.5; 4], 0.0);
+        let mean: f32 = x.iter().sum::<f32>() / 4.0;
+        assert!((mean - 0.5).abs() < 1e-6);
+        assert!((x[3] - x[0] - 2.0 * 1.5 / 1.25f32.sqrt()).abs() < 1e-5);
+    }
+}

@@ -1,0 +1,309 @@
+//! `/v1/embeddings` against all-MiniLM-L6-v2 (fetched on demand): every input form, base64,
+//! `dimensions`, `truncate_prompt_tokens`, the errors, `/v1/models`' task, concurrent requests
+//! sharing forward passes, and the official `openai` client's `embeddings.create`. One server
+//! for the whole binary.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use common::{TestServer, client, config, small_setup};
+use pagoda_server::ServerConfig;
+use serde_json::{Value, json};
+
+fn minilm() -> PathBuf {
+    let dir = common::model_dir().join("all-MiniLM-L6-v2");
+    if !dir.join("model.safetensors").is_file() {
+        let script =
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/fetch-models.sh");
+        let status = Command::new("bash")
+            .arg(script)
+            .arg("minilm")
+            .status()
+            .unwrap();
+        assert!(status.success(), "scripts/fetch-models.sh minilm failed");
+    }
+    dir
+}
+
+async fn post(server: &TestServer, path: &str, body: Value) -> (u16, Value) {
+    let resp = client()
+        .post(server.url(path))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap())
+}
+
+fn vector(v: &Value, i: usize) -> Vec<f32> {
+    v["data"][i]["embedding"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect()
+}
+
+fn decode_base64(s: &str) -> Vec<f32> {
+    let alphabet = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut bits = 0u32;
+    let mut n = 0;
+    let mut bytes = Vec::new();
+    for c in s.bytes().filter(|&c| c != b'=') {
+        bits = bits << 6 | alphabet.iter().position(|&a| a == c).unwrap() as u32;
+        n += 6;
+        if n >= 8 {
+            n -= 8;
+            bytes.push((bits >> n) as u8);
+        }
+    }
+    bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
+}
+
+fn message(v: &Value) -> String {
+    v["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+async fn metric(server: &TestServer, name: &str) -> f64 {
+    let text = client()
+        .get(server.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find(|l| l.starts_with(name))
+        .and_then(|l| l.rsplit(' ').next())
+        .map(|v| v.parse().unwrap())
+        .unwrap_or(0.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn embeddings_endpoint() {
+    let server = TestServer::start_model(
+        minilm(),
+        small_setup(),
+        ServerConfig {
+            quantization: pagoda_hf::Quantization::None,
+            ..config()
+        },
+    );
+    let m = common::MODEL;
+
+    // /v1/models says what the model serves.
+    let models: Value = client()
+        .get(server.url("/v1/models"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(models["data"][0]["task"], "embed", "{models}");
+    assert_eq!(models["data"][0]["max_model_len"], 256, "{models}");
+
+    // A string; its token ids ([CLS] hello world [SEP]) give the same vector.
+    let (s, text) = post(
+        &server,
+        "/v1/embeddings",
+        json!({"model": m, "input": "hello world"}),
+    )
+    .await;
+    assert_eq!(s, 200, "{text}");
+    assert_eq!(text["object"], "list");
+    assert_eq!(text["data"][0]["object"], "embedding");
+    assert_eq!(text["usage"]["prompt_tokens"], 4);
+    assert_eq!(text["usage"]["total_tokens"], 4);
+    let hello = vector(&text, 0);
+    assert_eq!(hello.len(), 384);
+    let norm: f32 = hello.iter().map(|x| x * x).sum::<f32>().sqrt();
+    assert!((norm - 1.0).abs() < 1e-5, "norm {norm}");
+    let (s, ids) = post(
+        &server,
+        "/v1/embeddings",
+        json!({"model": m, "input": [101, 7592, 2088, 102]}),
+    )
+    .await;
+    assert_eq!(s, 200, "{ids}");
+    assert_eq!(vector(&ids, 0), hello);
+
+    // Texts and token-id batches: one vector each, in order.
+    let (s, many) = post(
+        &server,
+        "/v1/embeddings",
+        json!({"model": m, "input": ["hello world", "A man is playing a guitar.", "Someone plays guitar."]}),
+    )
+    .await;
+    assert_eq!(s, 200, "{many}");
+    let idx: Vec<u64> = many["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["index"].as_u64().unwrap())
+        .collect();
+    assert_eq!(idx, [0, 1, 2]);
+    assert_eq!(
+        vector(&many, 0),
+        hello,
+        "batched with others, the same vector"
+    );
+    let dot = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>();
+    assert!(dot(&vector(&many, 1), &vector(&many, 2)) > dot(&vector(&many, 0), &vector(&many, 1)));
+    let (s, batches) = post(
+        &server,
+        "/v1/embeddings",
+        json!({"model": m, "input": [[101, 7592, 2088, 102], [101, 102]]}),
+    )
+    .await;
+    assert_eq!(s, 200, "{batches}");
+    assert_eq!(batches["data"].as_array().unwrap().len(), 2);
+    assert_eq!(vector(&batches, 0), hello);
+
+    // base64 holds the same little-endian f32s.
+    let (s, b64) = post(
+        &server,
+        "/v1/embeddings",
+        json!({"model": m, "input": "hello world", "encoding_format": "base64"}),
+    )
+    .await;
+    assert_eq!(s, 200, "{b64}");
+    assert_eq!(
+        decode_base64(b64["data"][0]["embedding"].as_str().unwrap()),
+        hello
+    );
+
+    // Errors: each a 400 naming its field.
+    for (body, param, needle) in [
+        (
+            json!({"model": m, "input": "x", "dimensions": 128}),
+            "dimensions",
+            "384 dimensions",
+        ),
+        (
+            json!({"model": m, "input": "x", "encoding_format": "int8"}),
+            "encoding_format",
+            "int8",
+        ),
+        (json!({"model": m, "input": ""}), "input", "empty"),
+        (json!({"model": m, "input": []}), "input", "empty"),
+        (json!({"model": m, "input": [999999]}), "input", "999999"),
+        (
+            json!({"model": m, "input": "x", "temperature": 1}),
+            "temperature",
+            "temperature",
+        ),
+        (
+            json!({"model": m, "input": "x", "truncate_prompt_tokens": 0}),
+            "truncate_prompt_tokens",
+            "256",
+        ),
+    ] {
+        let (s, v) = post(&server, "/v1/embeddings", body.clone()).await;
+        assert_eq!(s, 400, "{body} -> {v}");
+        assert_eq!(v["error"]["param"], param, "{body} -> {v}");
+        assert!(message(&v).contains(needle), "{body} -> {v}");
+    }
+    let (s, v) = post(
+        &server,
+        "/v1/embeddings",
+        json!({"model": "other", "input": "x"}),
+    )
+    .await;
+    assert_eq!(s, 404, "{v}");
+
+    // Too long: a 400 naming both numbers, unless truncate_prompt_tokens keeps the last ones.
+    let long: Vec<u32> = std::iter::once(101)
+        .chain(std::iter::repeat_n(7592, 300))
+        .chain([102])
+        .collect();
+    let (s, v) = post(
+        &server,
+        "/v1/embeddings",
+        json!({"model": m, "input": [long.clone()]}),
+    )
+    .await;
+    assert_eq!(s, 400, "{v}");
+    assert!(
+        message(&v).contains("302") && message(&v).contains("256"),
+        "{v}"
+    );
+    let (s, v) = post(
+        &server,
+        "/v1/embeddings",
+        json!({"model": m, "input": [long], "truncate_prompt_tokens": 256}),
+    )
+    .await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["usage"]["prompt_tokens"], 256);
+
+    // Generation endpoints refuse: this model serves embeddings.
+    let (s, v) = post(
+        &server,
+        "/v1/completions",
+        json!({"model": m, "prompt": "x"}),
+    )
+    .await;
+    assert_eq!(s, 400, "{v}");
+    assert!(message(&v).contains("embeddings"), "{v}");
+
+    // Concurrent requests share forward passes.
+    let passes_before = metric(&server, "pagoda:embedding_forward_passes_total").await;
+    let inputs_before = metric(&server, "pagoda:embedding_inputs_total").await;
+    let sentence = "The quick brown fox jumps over the lazy dog near the river bank today.";
+    let requests = (0..24).map(|i| {
+        let texts = vec![format!("{sentence} {i}"); 4];
+        let body = json!({"model": m, "input": texts});
+        let url = server.url("/v1/embeddings");
+        async move {
+            client()
+                .post(url)
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    });
+    let statuses = futures_util::future::join_all(requests).await;
+    assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
+    let passes = metric(&server, "pagoda:embedding_forward_passes_total").await - passes_before;
+    let inputs = metric(&server, "pagoda:embedding_inputs_total").await - inputs_before;
+    assert_eq!(inputs, 96.0);
+    println!("24 concurrent requests ran in {passes} forward passes");
+    assert!(
+        passes < 24.0,
+        "{passes} passes for 24 concurrent requests: none were batched"
+    );
+
+    // The official client.
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_owned());
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/openai_embeddings.py");
+    let out = Command::new(python)
+        .arg(script)
+        .args(["--base-url", &server.url("/v1"), "--model", m])
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .env("no_proxy", "127.0.0.1,localhost")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "openai_embeddings.py: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    server.stop();
+    server.join().unwrap();
+}
