@@ -166,8 +166,11 @@ fn gemma3_chat_matches_llama_cpp() {
 
 #[test]
 fn json_output_has_every_field() {
+    let smollm2 = model("SmolLM2-135M-Instruct.Q4_1.gguf");
     let out = pagoda(&[
         "generate",
+        "--model",
+        smollm2.to_str().expect("a UTF-8 model path"),
         "--prompt",
         "The capital of France is",
         "--max-tokens",
