@@ -89,7 +89,7 @@ fn run(
     target: &TinyModel,
     draft: Option<&TinyModel>,
     s: &EngineSetup,
-) -> (Vec<Choice>, Option<pagoda_core::SpecCounters>) {
+) -> (Vec<Choice>, Option<pagoda_core::SpecCounters>, u64) {
     let (mut core, _) =
         build_engine_with_draft(common::tiny(target), draft.map(common::tiny), s).unwrap();
     for (i, (prompt, params)) in requests().into_iter().enumerate() {
@@ -125,12 +125,13 @@ fn run(
     }
     core.scheduler().kv().check_invariants().unwrap();
     assert_eq!(core.scheduler().kv().num_tables(), 0);
-    let stats = core.stats().spec;
+    let stats = core.stats();
     (
         out.into_iter()
             .map(|((id, ix), (t, l))| (id, ix, t, l))
             .collect(),
-        stats,
+        stats.spec,
+        stats.preemptions,
     )
 }
 
@@ -148,8 +149,8 @@ fn the_target_as_its_own_draft_has_its_greedy_proposals_accepted() {
         },
         4,
     );
-    let (plain, _) = run(&t, None, &setup(None, 4 << 20));
-    let (got, counters) = run(&t, Some(&t), &setup(Some(config), 4 << 20));
+    let (plain, _, _) = run(&t, None, &setup(None, 4 << 20));
+    let (got, counters, _) = run(&t, Some(&t), &setup(Some(config), 4 << 20));
     assert_eq!(got, plain);
     let c = counters.unwrap();
     // Its own argmax, from the same weights: only batch-shape rounding can differ.
@@ -171,7 +172,7 @@ fn every_method_gives_the_tokens_and_logprobs_of_plain_decoding() {
         ..TinyModel::llama()
     };
     for kv in [4 << 20, 160 << 10] {
-        let (plain, none) = run(&t, None, &setup(None, kv));
+        let (plain, none, _) = run(&t, None, &setup(None, kv));
         assert!(none.is_none());
         let cases: Vec<(&str, Option<&TinyModel>, SpecConfig)> = vec![
             (
@@ -201,7 +202,14 @@ fn every_method_gives_the_tokens_and_logprobs_of_plain_decoding() {
             ),
         ];
         for (name, draft, config) in cases {
-            let (got, counters) = run(&t, draft, &setup(Some(config), kv));
+            let (got, counters, preemptions) = run(&t, draft, &setup(Some(config), kv));
+            if kv < 1 << 20 {
+                // The small pool must really preempt, or this case tests nothing extra.
+                assert!(
+                    preemptions > 0,
+                    "{name}: no preemption with {kv} bytes of KV"
+                );
+            }
             assert_eq!(got.len(), plain.len());
             for (a, b) in got.iter().zip(&plain) {
                 assert_eq!(a.2, b.2, "{name}, kv {kv}: request {} choice {}", a.0, a.1);
