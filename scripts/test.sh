@@ -7,7 +7,9 @@ cd "$(dirname "$0")/.."
 scripts/fetch-models.sh
 # Python packages the tests drive: the official SDKs `openai` (crates/server/tests/
 # openai_conformance.rs, front_apis.rs) and `anthropic` (front_apis.rs), and `gguf`, ggml's
-# reference dequantizers (crates/gguf/tests/dequantize_reference.rs). Idempotent (a no-op
+# reference dequantizers (crates/gguf/tests/dequantize_reference.rs), and `kubernetes-validate`,
+# which checks deploy/kubernetes against the Kubernetes schemas (crates/pagoda/tests/
+# deploy_manifests.rs). Idempotent (a no-op
 # once installed); tries a plain install, then the forms that externally-managed (PEP 668)
 # or read-only Pythons need.
 pip_install() { PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --disable-pip-version-check "$@"; }
@@ -21,6 +23,7 @@ version_in() { # version_in MODULE LOW HIGH: a check that MODULE's major.minor i
 ensure_py 'openai>=1.50,<2' "$(version_in openai '(1, 50)' '(2, 0)')"
 ensure_py 'anthropic>=0.50,<3' "$(version_in anthropic '(0, 50)' '(3, 0)')"
 ensure_py 'gguf>=0.10' 'import gguf, numpy'
+ensure_py 'kubernetes-validate>=1.30' 'import kubernetes_validate, jsonschema, yaml'
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked

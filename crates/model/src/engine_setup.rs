@@ -50,6 +50,8 @@ pub struct KvReport {
     /// Tokens the whole pool holds (the longest context that fits).
     pub max_tokens_in_pool: usize,
     pub max_model_len: usize,
+    /// What K and V are stored as (vLLM's `cache_dtype` label).
+    pub cache_dtype: &'static str,
 }
 
 /// An engine core for `model`, with its KV pool sized from `setup`.
@@ -108,6 +110,7 @@ pub fn build_engine_with_draft(
         budget_bytes: budget,
         max_tokens_in_pool: pool_tokens,
         max_model_len,
+        cache_dtype: "f16",
     };
     let eog_ids = config.eog_token_ids.clone();
     let vocab = config.vocab_size;

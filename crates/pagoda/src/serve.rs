@@ -41,6 +41,11 @@ pub struct ServeArgs {
     /// Require `Authorization: Bearer <KEY>` on `/metrics`.
     #[arg(long, env = "PAGODA_METRICS_API_KEY", hide_env_values = true)]
     metrics_api_key: Option<String>,
+    /// `vllm`: `/metrics` also exports vLLM's names (`vllm:num_requests_waiting`,
+    /// `vllm:kv_cache_usage_perc`, `vllm:cache_config_info`, ...) for the series vLLM has, for
+    /// the Gateway API Inference Extension's endpoint picker, llm-d and vLLM dashboards.
+    #[arg(long, env = "PAGODA_METRICS_COMPAT", default_value = "none")]
+    metrics_compat: pagoda_server::metrics_compat::MetricsCompat,
     /// Origins allowed to call the API from a browser, comma-separated (`*`: any); preflight
     /// `OPTIONS` requests are answered. Off by default.
     #[arg(long, env = "PAGODA_ALLOWED_ORIGINS", value_delimiter = ',')]
@@ -109,6 +114,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         api_key: args.api_key.filter(|k| !k.is_empty()),
         api_keys_file: args.api_keys_file,
         metrics_api_key: args.metrics_api_key.filter(|k| !k.is_empty()),
+        metrics_compat: args.metrics_compat,
         allowed_origins: args.allowed_origins,
         otlp_traces_endpoint: args.otlp_traces_endpoint,
         max_request_bytes: args.max_request_bytes,

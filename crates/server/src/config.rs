@@ -19,6 +19,8 @@ pub struct ServerConfig {
     pub api_keys_file: Option<std::path::PathBuf>,
     /// When set, `/metrics` needs `Authorization: Bearer <key>` with this key.
     pub metrics_api_key: Option<String>,
+    /// `Vllm`: `/metrics` also exports vLLM's names for the series vLLM has.
+    pub metrics_compat: crate::metrics_compat::MetricsCompat,
     /// Origins browsers may call the API from (`*`: any); empty turns CORS off.
     pub allowed_origins: Vec<String>,
     /// OTLP/HTTP traces endpoint (`http://host:4318/v1/traces`): a span per generation request
@@ -58,6 +60,7 @@ impl Default for ServerConfig {
             api_key: None,
             api_keys_file: None,
             metrics_api_key: None,
+            metrics_compat: Default::default(),
             allowed_origins: Vec::new(),
             otlp_traces_endpoint: None,
             max_request_bytes: 8 * 1024 * 1024,

@@ -22,6 +22,7 @@ mod logprobs;
 mod messages_input;
 mod messages_output;
 pub mod metrics;
+pub mod metrics_compat;
 pub mod model_loader;
 pub mod otlp;
 pub mod request_id;

@@ -170,7 +170,7 @@ impl Metrics {
     /// The whole exposition, with the engine's gauges and counters from `stats`.
     pub fn render(&self, stats: Option<&EngineStats>, model_name: &str) -> String {
         let mut out = String::with_capacity(8192);
-        let label = format!("model_name=\"{}\"", escape_label(model_name));
+        let label = model_label(model_name);
         if let Some(s) = stats {
             gauge(
                 &mut out,
@@ -279,6 +279,11 @@ impl Metrics {
     }
 }
 
+/// The `model_name` label every series carries.
+pub fn model_label(model_name: &str) -> String {
+    format!("model_name=\"{}\"", escape_label(model_name))
+}
+
 fn escape_label(v: &str) -> String {
     v.replace('\\', "\\\\")
         .replace('"', "\\\"")
@@ -297,7 +302,7 @@ fn gauge(out: &mut String, name: &str, help: &str, label: &str, v: f64) {
 pub fn render_embedder(stats: &crate::embedder::EmbedderStats, model_name: &str) -> String {
     use std::sync::atomic::Ordering;
     let mut out = String::new();
-    let label = format!("model_name=\"{}\"", escape_label(model_name));
+    let label = model_label(model_name);
     counter(
         &mut out,
         "pagoda:embedding_forward_passes_total",

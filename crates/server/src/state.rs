@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use pagoda_core::SchedulingPolicy;
 use pagoda_core::engine::EngineHandle;
 use pagoda_frontend::{ChatTemplate, Tokenizer, ToolCallFormat, ToolParserChoice};
-use pagoda_model::EngineSetup;
+use pagoda_model::{EngineSetup, KvReport};
 use pagoda_structured::StructuredOutputs;
 use tokio::sync::Notify;
 
@@ -38,6 +38,9 @@ pub struct Loaded {
     pub structured: Arc<StructuredOutputs>,
     /// The tool-call syntax of this model, `None` when tool calling is turned off.
     pub tool_format: Option<ToolCallFormat>,
+    /// The KV pool as sized, for `cache_config_info`.
+    pub kv: KvReport,
+    pub prefix_caching: bool,
 }
 
 struct Inner {
@@ -183,6 +186,8 @@ impl AppState {
             model_path: path.display().to_string(),
             structured: m.structured,
             tool_format,
+            kv: m.report,
+            prefix_caching: setup.enable_prefix_caching,
         };
         self.0
             .loaded

@@ -11,7 +11,13 @@ use serde_json::{Value, json};
 
 fn server() -> &'static TestServer {
     static S: OnceLock<TestServer> = OnceLock::new();
-    S.get_or_init(|| TestServer::start(common::small_setup(), common::config()))
+    S.get_or_init(|| {
+        let config = pagoda_server::ServerConfig {
+            metrics_compat: pagoda_server::metrics_compat::MetricsCompat::Vllm,
+            ..common::config()
+        };
+        TestServer::start(common::small_setup(), config)
+    })
 }
 
 fn completion_text(events: &[String]) -> (String, Option<String>) {
@@ -291,8 +297,26 @@ async fn models_tokenize_health_and_version() {
         "pagoda:prompt_tokens_total",
         "pagoda:prefix_cache_hits_total",
         "pagoda:request_success_total",
+        // --metrics-compat vllm: the names the Gateway API Inference Extension and llm-d read.
+        "vllm:num_requests_waiting{",
+        "vllm:num_requests_running{",
+        "vllm:kv_cache_usage_perc{",
+        "vllm:gpu_cache_usage_perc{",
+        "vllm:time_to_first_token_seconds_bucket",
+        "block_size=\"16\"",
     ] {
         assert!(metrics.contains(name), "{name} missing");
+    }
+    assert!(metrics.contains("vllm:cache_config_info{"));
+    assert!(!metrics.contains("vllm:engine_steps_total"));
+    // Prometheus wants each family's lines together: every TYPE line names a new family.
+    let mut families = std::collections::HashSet::new();
+    for line in metrics.lines().filter(|l| l.starts_with("# TYPE ")) {
+        let family = line.split(' ').nth(2).unwrap();
+        assert!(
+            families.insert(family.to_owned()),
+            "{family} declared twice"
+        );
     }
 }
 

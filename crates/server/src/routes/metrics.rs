@@ -4,19 +4,28 @@ use axum::extract::State;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::IntoResponse;
 
+use crate::metrics_compat::{self, MetricsCompat};
 use crate::state::AppState;
 
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
-    let stats = state.loaded().ok().map(|l| l.engine.stats());
-    let mut text = state
-        .metrics()
-        .render(stats.as_ref(), &state.config().served_model_name);
+    let loaded = state.loaded().ok();
+    let stats = loaded.map(|l| l.engine.stats());
+    let name = &state.config().served_model_name;
+    let mut text = state.metrics().render(stats.as_ref(), name);
+    if let Some(l) = loaded {
+        let label = crate::metrics::model_label(name);
+        metrics_compat::render_cache_config(&mut text, &label, &l.kv, l.prefix_caching);
+    }
     state.tenants().render_metrics(&mut text);
     if let Ok(e) = state.embedder() {
         text.push_str(&crate::metrics::render_embedder(
             &e.stats,
             &state.config().served_model_name,
         ));
+    }
+    if state.config().metrics_compat == MetricsCompat::Vllm {
+        let copies = metrics_compat::mirror_vllm(&text);
+        text.push_str(&copies);
     }
     (
         [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
