@@ -10,6 +10,7 @@ pub mod draft;
 pub mod encoder;
 pub mod engine_setup;
 mod error;
+pub mod eval;
 pub mod executor;
 pub mod kv_cache;
 pub mod model_runner;

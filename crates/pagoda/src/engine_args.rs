@@ -78,12 +78,7 @@ impl EngineArgs {
 
     /// Checks the flags and turns them into an engine setup; sets the thread count.
     pub fn resolve(&self) -> anyhow::Result<EngineSetup> {
-        if let Some(n) = self.threads {
-            if n == 0 {
-                bail!("--threads must be at least 1");
-            }
-            pagoda_kernels::parallel::set_num_threads(n);
-        }
+        set_threads(self.threads)?;
         let kv_cache_memory = match &self.kv_cache_memory {
             Some(s) => Some(parse_size(s).context("--kv-cache-memory")?),
             None => None,
@@ -121,4 +116,15 @@ impl EngineArgs {
             speculative: self.speculative.resolve()?,
         })
     }
+}
+
+/// `--threads`: the kernels' pool size (all cores when not given).
+pub fn set_threads(threads: Option<usize>) -> anyhow::Result<()> {
+    if let Some(n) = threads {
+        if n == 0 {
+            bail!("--threads must be at least 1");
+        }
+        pagoda_kernels::parallel::set_num_threads(n);
+    }
+    Ok(())
 }

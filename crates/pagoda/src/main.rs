@@ -5,6 +5,7 @@ mod chat;
 mod engine_args;
 mod generate;
 mod model_path;
+mod perplexity;
 mod serve;
 mod speculative_args;
 
@@ -36,6 +37,8 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Chat in the terminal with a local model or a running server (--url).
     Chat(chat::ChatArgs),
+    /// Perplexity of a model over a text file, and KL divergence against a saved base run.
+    Perplexity(perplexity::PerplexityArgs),
 }
 
 fn main() {
@@ -43,7 +46,7 @@ fn main() {
     // served) show by default, the rest only on warnings.
     let generating = matches!(
         std::env::args().nth(1).as_deref(),
-        Some("generate" | "chat")
+        Some("generate" | "chat" | "perplexity")
     );
     let default_filter = if generating {
         "warn"
@@ -85,6 +88,7 @@ fn main() {
         Command::Serve(args) => serve::run(args),
         Command::Bench(args) => pagoda_bench::run(args),
         Command::Chat(args) => chat::run(args),
+        Command::Perplexity(args) => perplexity::run(args),
     };
     if let Err(e) = result {
         // `{:#}` prints the whole context chain on one line: "loading model: file X: ...".

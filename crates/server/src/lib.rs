@@ -55,7 +55,7 @@ use pagoda_model::EngineSetup;
 pub use config::ServerConfig;
 pub use error::ApiError;
 pub use generation::Generation;
-pub use model_loader::{LoadError, LoadOptions, LoadedModel, load_engine};
+pub use model_loader::{LoadError, LoadOptions, LoadedModel, OpenedModel, load_engine, open_model};
 pub use state::AppState;
 pub use valid_request::{TextOptions, Unchecked, ValidRequest};
 

@@ -60,38 +60,14 @@ pub struct LoadedModel {
 /// Loads the GGUF at `path` and starts its engine; blocks (call it from a plain thread or
 /// `spawn_blocking`). The engine has run one token when this returns.
 pub fn load_engine(path: &Path, opts: &LoadOptions<'_>) -> Result<LoadedModel, LoadError> {
-    let open_err = |message: String| LoadError::Open {
-        path: path.display().to_string(),
-        message,
-    };
-    let checkpoint = pagoda_hf::is_checkpoint_dir(path);
-    let file = if checkpoint {
-        let started = std::time::Instant::now();
-        let file =
-            pagoda_hf::convert(path, opts.quantization).map_err(|e| open_err(e.to_string()))?;
-        tracing::info!(
-            quantization = opts.quantization.name(),
-            seconds = started.elapsed().as_secs_f64(),
-            "converted the Hugging Face checkpoint"
-        );
-        file
-    } else {
-        GgufFile::open(path).map_err(|e| open_err(e.to_string()))?
-    };
-    let file = Arc::new(file);
-    let tokenizer =
-        Arc::new(Tokenizer::from_gguf(&file).map_err(|e| LoadError::Tokenizer(e.to_string()))?);
+    let OpenedModel {
+        file,
+        tokenizer,
+        model,
+    } = open_model(path, opts.quantization)?;
+    let tokenizer = Arc::new(tokenizer);
     let template = ChatTemplate::from_gguf(&file, opts.chat_template)
         .map_err(|e| LoadError::Template(e.to_string()))?;
-    // The packed weight layout is mapped from its cache beside the model when it is valid
-    // (start-up in a fraction of a second), else packed and written there for next time.
-    // A converted checkpoint lives in memory only, so it has no pack cache to check against.
-    let model = if checkpoint {
-        Model::load(file)
-    } else {
-        Model::load_cached(file, path, &PackCache::from_env())
-    }
-    .map_err(|e| LoadError::Model(e.to_string()))?;
     let draft = match opts.setup.speculative.as_ref().map(|s| &s.method) {
         Some(SpecMethod::DraftModel { path }) => Some(load_draft(Path::new(path))?),
         _ => None,
@@ -117,6 +93,51 @@ pub fn load_engine(path: &Path, opts: &LoadOptions<'_>) -> Result<LoadedModel, L
         template,
         structured,
         report,
+    })
+}
+
+/// A model's file, tokenizer and weights, without an engine (`pagoda perplexity` uses it bare).
+pub struct OpenedModel {
+    pub file: Arc<GgufFile>,
+    pub tokenizer: Tokenizer,
+    pub model: Model,
+}
+
+/// Opens the GGUF at `path` (or converts a Hugging Face checkpoint directory into one, its
+/// matrices quantized to `quantization`) and loads its tokenizer and weights.
+pub fn open_model(path: &Path, quantization: Quantization) -> Result<OpenedModel, LoadError> {
+    let open_err = |message: String| LoadError::Open {
+        path: path.display().to_string(),
+        message,
+    };
+    let checkpoint = pagoda_hf::is_checkpoint_dir(path);
+    let file = if checkpoint {
+        let started = std::time::Instant::now();
+        let file = pagoda_hf::convert(path, quantization).map_err(|e| open_err(e.to_string()))?;
+        tracing::info!(
+            quantization = quantization.name(),
+            seconds = started.elapsed().as_secs_f64(),
+            "converted the Hugging Face checkpoint"
+        );
+        file
+    } else {
+        GgufFile::open(path).map_err(|e| open_err(e.to_string()))?
+    };
+    let file = Arc::new(file);
+    let tokenizer = Tokenizer::from_gguf(&file).map_err(|e| LoadError::Tokenizer(e.to_string()))?;
+    // The packed weight layout is mapped from its cache beside the model when it is valid
+    // (start-up in a fraction of a second), else packed and written there for next time.
+    // A converted checkpoint lives in memory only, so it has no pack cache to check against.
+    let model = if checkpoint {
+        Model::load(Arc::clone(&file))
+    } else {
+        Model::load_cached(Arc::clone(&file), path, &PackCache::from_env())
+    }
+    .map_err(|e| LoadError::Model(e.to_string()))?;
+    Ok(OpenedModel {
+        file,
+        tokenizer,
+        model,
     })
 }
 
