@@ -12,6 +12,7 @@ use crate::HfError;
 pub enum Arch {
     Llama,
     Qwen2,
+    Qwen3,
     Gemma3,
     /// BERT encoders (sentence-transformers models such as all-MiniLM-L6-v2).
     Bert,
@@ -27,6 +28,7 @@ impl Arch {
         match self {
             Self::Llama => "llama",
             Self::Qwen2 => "qwen2",
+            Self::Qwen3 => "qwen3",
             Self::Gemma3 => "gemma3",
             Self::Bert => "bert",
         }
@@ -97,6 +99,7 @@ impl HfConfig {
         Ok(match name.as_str() {
             "LlamaForCausalLM" | "llama" => Arch::Llama,
             "Qwen2ForCausalLM" | "qwen2" => Arch::Qwen2,
+            "Qwen3ForCausalLM" | "qwen3" => Arch::Qwen3,
             "Gemma3ForCausalLM" | "Gemma3ForConditionalGeneration" | "gemma3" | "gemma3_text" => {
                 Arch::Gemma3
             }
@@ -115,7 +118,7 @@ impl HfConfig {
     }
 
     /// Whether the LM head is the token embedding (transformers' default is tied for Gemma,
-    /// untied for Llama and Qwen2).
+    /// untied for Llama and Qwen; Qwen3's small models set it explicitly).
     pub fn tied(&self, arch: Arch) -> bool {
         self.tie_word_embeddings.unwrap_or(arch == Arch::Gemma3)
     }

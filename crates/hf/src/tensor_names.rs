@@ -55,6 +55,8 @@ pub fn gguf_name(
         ("post_feedforward_layernorm", Arch::Gemma3) => ("post_ffw_norm", norm),
         ("self_attn.q_norm", Arch::Gemma3) => ("attn_q_norm", norm),
         ("self_attn.k_norm", Arch::Gemma3) => ("attn_k_norm", norm),
+        ("self_attn.q_norm", Arch::Qwen3) => ("attn_q_norm", Transform::None),
+        ("self_attn.k_norm", Arch::Qwen3) => ("attn_k_norm", Transform::None),
         ("self_attn.q_proj", Arch::Llama) => ("attn_q", Transform::RopePermute { heads: n_heads }),
         ("self_attn.k_proj", Arch::Llama) => {
             ("attn_k", Transform::RopePermute { heads: n_kv_heads })

@@ -13,6 +13,8 @@ pub enum Architecture {
     Llama,
     /// Qwen2: the llama graph with q/k/v biases and RoPE NEOX.
     Qwen2,
+    /// Qwen3: the llama graph with per-head RMSNorm on q and k (no biases) and RoPE NEOX.
+    Qwen3,
     /// Gemma 3: sandwich norms, q/k norms, GeGLU, sliding-window layers.
     Gemma3,
 }
@@ -23,6 +25,7 @@ impl Architecture {
         match name {
             "llama" => Ok(Self::Llama),
             "qwen2" => Ok(Self::Qwen2),
+            "qwen3" => Ok(Self::Qwen3),
             "gemma3" => Ok(Self::Gemma3),
             other => Err(ModelError::UnsupportedArchitecture(other.to_string())),
         }
@@ -33,6 +36,7 @@ impl Architecture {
         match self {
             Self::Llama => "llama",
             Self::Qwen2 => "qwen2",
+            Self::Qwen3 => "qwen3",
             Self::Gemma3 => "gemma3",
         }
     }
@@ -208,7 +212,8 @@ impl ModelConfig {
             // (convert_hf_to_gguf permutes Q/K for it), QWEN2 and GEMMA3 are NEOX.
             rope_style: match architecture {
                 Architecture::Llama => RopeStyle::Norm,
-                Architecture::Qwen2 | Architecture::Gemma3 => RopeStyle::Neox,
+                // llama_model_rope_type: QWEN2, QWEN3 and GEMMA3 are LLAMA_ROPE_TYPE_NEOX.
+                Architecture::Qwen2 | Architecture::Qwen3 | Architecture::Gemma3 => RopeStyle::Neox,
             },
             sliding_window: None,
             swa_pattern: 0,

@@ -11,7 +11,7 @@ pub enum ModelError {
     #[error("gguf: {0}")]
     Gguf(#[from] pagoda_gguf::GgufError),
     /// `general.architecture` names an architecture pagoda does not implement.
-    #[error("unsupported architecture `{0}` (supported: llama, qwen2, gemma3)")]
+    #[error("unsupported architecture `{0}` (supported: llama, qwen2, qwen3, gemma3)")]
     UnsupportedArchitecture(String),
     /// A required metadata key is absent.
     #[error("missing metadata key `{0}`")]

@@ -149,6 +149,13 @@ fn tiny_llama_chunking() {
 }
 
 #[test]
+fn tiny_qwen3_chunking() {
+    let spec = TinyModel::qwen3();
+    check_chunking("tiny qwen3", &|| common::tiny(&spec), 45);
+    check_mixed_batch("tiny qwen3", &|| common::tiny(&spec));
+}
+
+#[test]
 fn tiny_gemma3_chunking() {
     // Window 8 < prompt, so the sliding-window mask is exercised across chunk boundaries.
     let spec = TinyModel::gemma3();

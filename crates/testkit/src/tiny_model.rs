@@ -13,6 +13,8 @@ use crate::gguf_writer::{GgufWriter, Value};
 pub enum TinyArch {
     Llama,
     Gemma3,
+    /// Qwen3: the llama graph with per-head q/k norms.
+    Qwen3,
 }
 
 /// The shape of a tiny model. K-quant tensors need rows of a multiple of 256, so `d_model` and
@@ -79,6 +81,26 @@ impl TinyModel {
         }
     }
 
+    /// A 2-layer qwen3 (per-head q/k RMSNorm, no biases) with head_dim 128 != d_model /
+    /// n_heads, as Qwen3's real models have.
+    pub fn qwen3() -> Self {
+        Self {
+            arch: TinyArch::Qwen3,
+            vocab_size: 256,
+            d_model: 256,
+            n_layers: 2,
+            n_heads: 4,
+            n_kv_heads: 2,
+            head_dim: 128,
+            ffn_dim: 512,
+            sliding_window: 0,
+            context_length: 1024,
+            seed: 3,
+            matrix_type: None,
+            dequantized: false,
+        }
+    }
+
     /// The type of a layer matrix whose role uses `role_type`.
     fn layer_type(&self, role_type: GgmlType) -> GgmlType {
         self.matrix_type.unwrap_or(role_type)
@@ -113,6 +135,7 @@ impl TinyModel {
         match self.arch {
             TinyArch::Llama => "llama",
             TinyArch::Gemma3 => "gemma3",
+            TinyArch::Qwen3 => "qwen3",
         }
     }
 
@@ -142,6 +165,11 @@ impl TinyModel {
                 .kv(&format!("{a}.attention.layer_norm_rms_epsilon"), 1e-5f32)
                 .kv(&format!("{a}.rope.freq_base"), 10_000.0f32)
                 .kv(&format!("{a}.rope.dimension_count"), self.head_dim as u32),
+            TinyArch::Qwen3 => w
+                .kv(&format!("{a}.attention.layer_norm_rms_epsilon"), 1e-6f32)
+                .kv(&format!("{a}.rope.freq_base"), 1_000_000.0f32)
+                .kv(&format!("{a}.attention.key_length"), self.head_dim as u32)
+                .kv(&format!("{a}.attention.value_length"), self.head_dim as u32),
             TinyArch::Gemma3 => w
                 .kv(&format!("{a}.attention.layer_norm_rms_epsilon"), 1e-6f32)
                 .kv(&format!("{a}.rope.freq_base"), 1_000_000.0f32)
@@ -233,6 +261,10 @@ impl TinyModel {
                 self.layer_type(GgmlType::Q6_K),
                 1.0,
             );
+            if self.arch == TinyArch::Qwen3 {
+                w = norm(w, &mut rng, &format!("{p}.attn_q_norm.weight"), hd);
+                w = norm(w, &mut rng, &format!("{p}.attn_k_norm.weight"), hd);
+            }
             if self.arch == TinyArch::Gemma3 {
                 w = norm(w, &mut rng, &format!("{p}.attn_q_norm.weight"), hd);
                 w = norm(w, &mut rng, &format!("{p}.attn_k_norm.weight"), hd);
@@ -248,7 +280,9 @@ impl TinyModel {
     /// single characters.
     fn tokenizer(&self, w: GgufWriter) -> GgufWriter {
         let specials: &[&str] = match self.arch {
-            TinyArch::Llama => &["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<unk>"],
+            TinyArch::Llama | TinyArch::Qwen3 => {
+                &["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<unk>"]
+            }
             TinyArch::Gemma3 => &["<pad>", "<eos>", "<bos>", "<unk>"],
         };
         let tokens: Vec<String> = (0..self.vocab_size)
@@ -264,7 +298,7 @@ impl TinyModel {
             .kv("tokenizer.ggml.tokens", Value::str_array(&tokens))
             .kv("tokenizer.ggml.token_type", Value::i32_array(types));
         match self.arch {
-            TinyArch::Llama => w
+            TinyArch::Llama | TinyArch::Qwen3 => w
                 .kv("tokenizer.ggml.model", "gpt2")
                 .kv(
                     "tokenizer.ggml.merges",

@@ -1,5 +1,6 @@
-//! The llama block (also Qwen2, which adds q/k/v biases): pre-norm attention and SwiGLU FFN,
-//! each added to the residual stream. Follows llama.cpp `llm_build_llama` / `llm_build_qwen2`.
+//! The llama block (also Qwen2, which adds q/k/v biases, and Qwen3, which norms q and k per
+//! head before RoPE): pre-norm attention and SwiGLU FFN, each added to the residual stream.
+//! Follows llama.cpp `llm_build_llama` / `llm_build_qwen2` / `llm_build_qwen3`.
 
 use super::{Activation, Attention, Ffn, ForwardScratch, Model, OutputRows, ensure, rows};
 use crate::config::{Architecture, ModelConfig};
@@ -16,9 +17,10 @@ pub(crate) struct Block {
 impl Block {
     pub(crate) fn load(w: &Weights, c: &ModelConfig, il: usize) -> Result<Self, ModelError> {
         let qkv_bias = c.architecture == Architecture::Qwen2;
+        let qk_norm = c.architecture == Architecture::Qwen3;
         Ok(Self {
             attn_norm: w.vector(&format!("blk.{il}.attn_norm.weight"), c.d_model)?,
-            attn: Attention::load(w, c, il, qkv_bias, false)?,
+            attn: Attention::load(w, c, il, qkv_bias, qk_norm)?,
             ffn_norm: w.vector(&format!("blk.{il}.ffn_norm.weight"), c.d_model)?,
             ffn: Ffn::load(w, c, il)?,
         })

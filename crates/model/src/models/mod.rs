@@ -164,7 +164,7 @@ impl Model {
             }
         });
         let blocks = match c.architecture {
-            Architecture::Llama | Architecture::Qwen2 => Blocks::Llama(
+            Architecture::Llama | Architecture::Qwen2 | Architecture::Qwen3 => Blocks::Llama(
                 (0..c.n_layers)
                     .map(|il| llama::Block::load(&weights, c, il))
                     .collect::<Result<_, _>>()?,
