@@ -20,6 +20,9 @@ pub struct SchedulerConfig {
     pub max_model_len: usize,
     /// The order in which waiting requests are admitted.
     pub policy: SchedulingPolicy,
+    /// Most distinct LoRA adapters among running sequences (`--max-loras`); a waiting request
+    /// of another adapter waits, base-model requests never do. 0: no limit.
+    pub max_loras: usize,
 }
 
 /// How the waiting queue is ordered (running sequences always go first).
@@ -70,6 +73,7 @@ impl Default for SchedulerConfig {
             max_waiting_requests: 1024,
             max_model_len: 8192,
             policy: SchedulingPolicy::Fcfs,
+            max_loras: 0,
         }
     }
 }

@@ -162,6 +162,9 @@ pub struct EngineStats {
     pub peak_kv_filled: usize,
     /// Speculative decoding, when on.
     pub spec: Option<SpecCounters>,
+    /// Names of the distinct LoRA adapters of running and of waiting sequences.
+    pub running_loras: Vec<std::sync::Arc<str>>,
+    pub waiting_loras: Vec<std::sync::Arc<str>>,
 }
 
 struct SeqInfo {
@@ -519,6 +522,8 @@ impl<E: ModelExecutor> EngineCore<E> {
             peak_kv_slots: self.peak_kv.0,
             peak_kv_filled: self.peak_kv.1,
             spec: self.scheduler.speculation().map(|s| s.counters.clone()),
+            running_loras: self.scheduler.lora_names(true),
+            waiting_loras: self.scheduler.lora_names(false),
         }
     }
 }

@@ -9,6 +9,7 @@ pub mod engine;
 pub mod engine_core;
 pub mod kv;
 pub mod logprobs;
+pub mod lora;
 pub mod request;
 pub mod sampling_params;
 pub mod sched;
@@ -24,6 +25,7 @@ pub use engine_core::{
     ExecutorError, ExecutorOutput, ModelExecutor, OutputTiming, RequestId, SampledToken,
 };
 pub use logprobs::{PositionLogprobs, TokenLogprob};
+pub use lora::LoraRef;
 pub use request::{FinishReason, Request, RequestStatus, SeqId};
 pub use sampling_params::{SamplingParams, SamplingParamsError};
 pub use sched::{ScheduledSeq, SchedulerOutput};

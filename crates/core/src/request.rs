@@ -116,6 +116,11 @@ impl Request {
         }
     }
 
+    /// The digest of the adapter this sequence runs with, if any.
+    pub fn lora_digest(&self) -> Option<u64> {
+        self.params.lora.as_ref().map(|l| l.digest())
+    }
+
     pub fn num_tokens(&self) -> usize {
         self.token_ids.len()
     }

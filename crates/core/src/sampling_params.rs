@@ -4,6 +4,7 @@
 use thiserror::Error;
 
 use crate::constraint::ConstraintRef;
+use crate::lora::LoraRef;
 
 /// Largest number of top log-probabilities a request may ask for (OpenAI caps `top_logprobs` at 20).
 pub const MAX_LOGPROBS: u32 = 20;
@@ -55,6 +56,10 @@ pub struct SamplingParams {
     pub prompt_logprobs: Option<u32>,
     /// Structured-output constraint the executor enforces with a token mask; `None` for free text.
     pub constraint: Option<ConstraintRef>,
+    /// The LoRA adapter the request runs with; `None` for the base model. It travels to the
+    /// executor with the parameters, like the constraint; set it with `CheckedRequest::with_lora`
+    /// so the prefix-cache key follows.
+    pub lora: Option<LoraRef>,
 }
 
 impl Default for SamplingParams {
@@ -77,6 +82,7 @@ impl Default for SamplingParams {
             n: 1,
             prompt_logprobs: None,
             constraint: None,
+            lora: None,
         }
     }
 }

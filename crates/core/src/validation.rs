@@ -41,6 +41,14 @@ impl CheckedRequest {
         self
     }
 
+    /// Runs the request with adapter `lora`: the executor gets it with the parameters and its
+    /// digest enters the prefix-cache key (the one place both are set).
+    pub fn with_lora(mut self, lora: crate::lora::LoraRef) -> Self {
+        self.0.extra_keys.lora_id = Some(lora.digest());
+        self.0.params.lora = Some(lora);
+        self
+    }
+
     /// The engine's id for it (assigned by whoever submits it).
     pub(crate) fn set_id(&mut self, id: crate::engine_core::RequestId) {
         self.0.id = id;

@@ -7,6 +7,7 @@ pub mod attention;
 pub mod bandwidth;
 pub mod cpu;
 mod huge_pages;
+pub mod lora;
 pub mod matmul;
 pub mod ops;
 pub mod parallel;

@@ -23,6 +23,9 @@ pub struct ForwardBatch {
     pub max_blocks_per_seq: usize,
     /// Flat token indices whose logits the step returns, in this order.
     pub logits_indices: Vec<u32>,
+    /// `[S]` which of the step's adapters each request uses (`None`: the base model), or empty
+    /// when none uses one.
+    pub seq_loras: Vec<Option<u32>>,
 }
 
 impl ForwardBatch {
@@ -149,6 +152,12 @@ impl ForwardBatch {
             .find(|(_, li)| **li as usize >= t)
         {
             return err(format!("logits_indices[{i}] = {li} is past the {t} tokens"));
+        }
+        if !self.seq_loras.is_empty() && self.seq_loras.len() != s {
+            return err(format!(
+                "seq_loras has {} entries for {s} sequences",
+                self.seq_loras.len()
+            ));
         }
         Ok(())
     }

@@ -2,6 +2,9 @@
 //! pass. One `forward` call runs one flat batch: the linear layers once over all T rows,
 //! attention per request over its own blocks, the LM head only over `logits_indices`.
 
+use std::sync::Arc;
+
+use crate::lora::LoraAdapter;
 use crate::models::{ForwardScratch, Model};
 use crate::{ForwardBatch, KvCache, ModelError};
 
@@ -25,14 +28,41 @@ impl CpuExecutor {
 
     /// Validates `batch`, runs it, and returns the logits rows `[logits_indices.len()][vocab]`.
     pub fn forward(&mut self, batch: &ForwardBatch) -> Result<&[f32], ModelError> {
+        self.forward_with_loras(batch, &[])
+    }
+
+    /// [`CpuExecutor::forward`] where `batch.seq_loras` picks each sequence's adapter from
+    /// `adapters` (each checked to fit this model).
+    pub fn forward_with_loras(
+        &mut self,
+        batch: &ForwardBatch,
+        adapters: &[Arc<LoraAdapter>],
+    ) -> Result<&[f32], ModelError> {
+        let c = self.model.config();
         batch.validate(
-            self.model.config().vocab_size,
+            c.vocab_size,
             self.kv_cache.num_blocks(),
             self.kv_cache.block_size(),
         )?;
+        if let Some(i) = batch
+            .seq_loras
+            .iter()
+            .flatten()
+            .find(|&&i| i as usize >= adapters.len())
+        {
+            return Err(ModelError::InvalidBatch(format!(
+                "seq_loras names adapter {i} of {}",
+                adapters.len()
+            )));
+        }
+        if let Some(i) = adapters.iter().position(|a| !a.fits(c)) {
+            return Err(ModelError::InvalidBatch(format!(
+                "adapter {i} was built for another model shape"
+            )));
+        }
         Ok(self
             .model
-            .forward(batch, &mut self.kv_cache, &mut self.scratch))
+            .forward(batch, adapters, &mut self.kv_cache, &mut self.scratch))
     }
 
     pub fn vocab_size(&self) -> usize {

@@ -8,7 +8,7 @@
 //! would itself have drawn, so every sampling feature holds exactly (see `verify`).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use pagoda_core::{
     Calibration, ConstraintError, ExecutorError, ExecutorOutput, ModelExecutor, SampledToken,
@@ -19,6 +19,7 @@ use pagoda_spec::{ProposeRequest, Proposer};
 
 use crate::batch::{Logits, SeqChunk};
 use crate::draft::DraftProposer;
+use crate::lora::LoraAdapter;
 use crate::sampler::{Sampled, Sampler, prompt_logprobs};
 use crate::{CpuExecutor, ForwardBatch};
 
@@ -31,6 +32,8 @@ struct SeqState {
     prompt_logprobs: Option<u32>,
     /// Why this sequence cannot run (reported once, then it is never batched).
     failed: Option<String>,
+    /// The adapter it runs with (held here, so unloading it elsewhere lets this one finish).
+    lora: Option<Arc<LoraAdapter>>,
 }
 
 /// Where one sequence's rows landed in the step's logits.
@@ -111,6 +114,13 @@ impl ModelRunner {
                 if let Some(c) = constraint {
                     sampler = sampler.with_constraint(c.start());
                 }
+                let lora = new.params.lora.as_ref().map(|l| l.handle::<LoraAdapter>());
+                let failed = match &lora {
+                    Some(None) => {
+                        Some("the request's adapter is not a LoRA adapter of this model".into())
+                    }
+                    _ => None,
+                };
                 self.seqs.insert(
                     s.seq_id,
                     SeqState {
@@ -119,7 +129,8 @@ impl ModelRunner {
                         block_table: s.block_ids.clone(),
                         sampler,
                         prompt_logprobs,
-                        failed: None,
+                        failed,
+                        lora: lora.flatten(),
                     },
                 );
                 continue;
@@ -296,6 +307,8 @@ impl ModelRunner {
         let mut chunks = Vec::with_capacity(step.scheduled.len());
         let mut plans = Vec::with_capacity(step.scheduled.len());
         let mut rows = 0;
+        let mut adapters: Vec<Arc<LoraAdapter>> = Vec::new();
+        let mut seq_loras = Vec::with_capacity(step.scheduled.len());
         for (s, d) in step.scheduled.iter().zip(drafts.iter_mut()) {
             let st = &self.seqs[&s.seq_id];
             if let Some(e) = &st.failed {
@@ -352,16 +365,26 @@ impl ModelRunner {
                 block_table: &st.block_table,
                 logits,
             });
+            seq_loras.push(st.lora.as_ref().map(|l| {
+                let i = adapters.iter().position(|a| Arc::ptr_eq(a, l));
+                i.unwrap_or_else(|| {
+                    adapters.push(l.clone());
+                    adapters.len() - 1
+                }) as u32
+            }));
         }
         if chunks.is_empty() {
             return Ok((out, plans, Vec::new()));
         }
-        let batch = ForwardBatch::from_seqs(&chunks, block_size);
+        let mut batch = ForwardBatch::from_seqs(&chunks, block_size);
         drop(chunks);
+        if !adapters.is_empty() {
+            batch.seq_loras = seq_loras;
+        }
         let vocab = self.exec.vocab_size();
         let logits = self
             .exec
-            .forward(&batch)
+            .forward_with_loras(&batch, &adapters)
             .map_err(|e| ExecutorError(e.to_string()))?;
         for p in plans.iter().filter(|p| p.pl_rows > 0) {
             let Some(st) = self.seqs.get(&p.seq_id) else {

@@ -46,7 +46,7 @@ fn hf_name(arch: TinyArch, gguf: &str) -> String {
 
 /// GGUF rows (RoPE pairs adjacent: rows 2i, 2i+1 of a head) back to HF's order (pair halves
 /// `head_dim / 2` rows apart), as transformers stores Llama's Q and K.
-fn to_hf_rope_order(values: &[f32], heads: usize, cols: usize) -> Vec<f32> {
+pub(crate) fn to_hf_rope_order(values: &[f32], heads: usize, cols: usize) -> Vec<f32> {
     let rows = values.len() / cols;
     let head_dim = rows / heads;
     let half = head_dim / 2;

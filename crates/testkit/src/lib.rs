@@ -4,4 +4,5 @@
 
 pub mod gguf_writer;
 pub mod hf_checkpoint;
+pub mod lora_adapter;
 pub mod tiny_model;

@@ -12,8 +12,10 @@ pub struct BlockHash(pub u128);
 /// Everything besides the token ids that decides whether two requests' KV may be shared.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct ExtraKeys {
-    /// Adapter the KV was computed with (multi-LoRA); `None` for the base model.
-    pub lora_id: Option<u32>,
+    /// Digest of the LoRA adapter the KV was computed with (its weights and configuration, not
+    /// its name, so a changed adapter under the same name never hits old blocks); `None` for
+    /// the base model.
+    pub lora_id: Option<u64>,
     /// Tenant isolation: requests with different salts never share cached blocks.
     pub cache_salt: Option<String>,
 }

@@ -218,9 +218,18 @@ impl Scheduler {
         // Then waiting sequences, unless this step had to preempt (no room for newcomers).
         if out.preempted_seq_ids.is_empty() {
             let candidates: Vec<SeqId> = self.waiting.iter().collect();
+            let mut loras = self.running_lora_digests();
             for seq in candidates {
                 if budget == 0 || self.running.len() >= self.config.max_num_seqs {
                     break;
+                }
+                let lora = self.requests.get(&seq).and_then(Request::lora_digest);
+                if let Some(d) = lora
+                    && !loras.contains(&d)
+                    && self.config.max_loras > 0
+                    && loras.len() >= self.config.max_loras
+                {
+                    continue; // --max-loras adapters already run: this one waits, others go on
                 }
                 let computed = match self.requests.get(&seq) {
                     Some(req) => self.kv.get_computed_blocks(req),
@@ -246,6 +255,11 @@ impl Scheduler {
                     r.status = RequestStatus::Running;
                 }
                 self.running.push(seq);
+                if let Some(d) = lora
+                    && !loras.contains(&d)
+                {
+                    loras.push(d);
+                }
                 budget -= n;
                 out.scheduled
                     .push(self.scheduled_entry(seq, block_ids, n, resumed, now));
@@ -261,6 +275,39 @@ impl Scheduler {
             }
         }
         self.counters.steps += 1;
+        out
+    }
+
+    /// Names of the distinct adapters of the running (or the waiting) sequences.
+    pub fn lora_names(&self, running: bool) -> Vec<std::sync::Arc<str>> {
+        let seqs: Vec<SeqId> = if running {
+            self.running.clone()
+        } else {
+            self.waiting.iter().collect()
+        };
+        let mut out: Vec<std::sync::Arc<str>> = Vec::new();
+        for s in seqs {
+            if let Some(l) = self.requests.get(&s).and_then(|r| r.params.lora.as_ref())
+                && !out.iter().any(|n| **n == *l.name())
+            {
+                out.push(l.shared_name().clone());
+            }
+        }
+        out
+    }
+
+    /// The distinct adapters of the running sequences.
+    fn running_lora_digests(&self) -> Vec<u64> {
+        let mut out = Vec::new();
+        for d in self
+            .running
+            .iter()
+            .filter_map(|s| self.requests.get(s)?.lora_digest())
+        {
+            if !out.contains(&d) {
+                out.push(d);
+            }
+        }
         out
     }
 

@@ -56,7 +56,7 @@ impl Block {
         rows::add_normed(x, ob, &self.post_attention_norm, eps);
 
         rows::rms_norm_into(x, &self.ffn_norm, eps, hb);
-        m.ffn(&self.ffn, Activation::GeluTanh, hb, t, ob, s);
+        m.ffn(il, &self.ffn, Activation::GeluTanh, hb, t, ob, s);
         rows::add_normed(x, ob, &self.post_ffw_norm, eps);
 
         s.h = h;

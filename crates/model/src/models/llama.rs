@@ -52,7 +52,7 @@ impl Block {
         rows::add(x, ob, t);
 
         rows::rms_norm_into(x, &self.ffn_norm, eps, hb);
-        m.ffn(&self.ffn, Activation::Silu, hb, t, ob, s);
+        m.ffn(il, &self.ffn, Activation::Silu, hb, t, ob, s);
         rows::add(x, ob, t);
 
         s.h = h;

@@ -17,6 +17,7 @@ use pagoda_kernels::parallel;
 
 use crate::config::{Architecture, KvCacheDtype, ModelConfig};
 use crate::kv_cache::Arenas;
+use crate::lora::{LoraAdapter, LoraRows, LoraTarget};
 use crate::pack_cache::{PackCache, PackCacheStatus, PackSession};
 use crate::weights::{Linear, Matrix, Weights};
 use crate::{ForwardBatch, KvCache, ModelError};
@@ -95,6 +96,8 @@ pub struct ForwardScratch {
     output_rows: OutputRows,
     pub(crate) logits: Vec<f32>,
     pub(crate) matmul: MatmulScratch,
+    /// The step's adapters and which rows use them.
+    lora: LoraRows,
 }
 
 /// One RoPE base's angles for a batch: `cos` and `sin`, `[t][pairs]` each.
@@ -221,11 +224,12 @@ impl Model {
         self.weights.file()
     }
 
-    /// Runs `batch` (already validated against this model and `kv`) and returns the logits rows
-    /// `[logits_indices.len()][vocab]`.
+    /// Runs `batch` (already validated against this model, `adapters` and `kv`) and returns the
+    /// logits rows `[logits_indices.len()][vocab]`.
     pub(crate) fn forward<'s>(
         &self,
         batch: &ForwardBatch,
+        adapters: &[Arc<LoraAdapter>],
         kv: &mut KvCache,
         s: &'s mut ForwardScratch,
     ) -> &'s [f32] {
@@ -247,6 +251,8 @@ impl Model {
         let mut out_rows = std::mem::take(&mut s.output_rows);
         // Only a last layer drops rows (and the LM head below then reads them compacted).
         let pruned = c.n_layers > 0 && out_rows.plan(batch);
+        let kept: &[u32] = if pruned { out_rows.rows() } else { &[] };
+        s.lora.plan(batch, adapters, kept);
         let keep = |il: usize| (pruned && il + 1 == c.n_layers).then_some(&out_rows);
         match &self.blocks {
             Blocks::Llama(blocks) => {
@@ -261,6 +267,7 @@ impl Model {
             }
         }
         s.output_rows = out_rows;
+        s.lora.clear();
         // The LM head runs only over the rows whose logits are wanted: after a pruned last layer
         // they are x's first rows, in order.
         let n = batch.logits_indices.len();
@@ -316,6 +323,10 @@ impl Model {
             let v = ensure(&mut s.v, t * kvd);
             self.weights.forward(&a.v, h, t, v, &mut s.matmul);
         }
+        let h = &h[..t * c.d_model];
+        s.lora.add(il, LoraTarget::Q, h, &mut s.q[..t * qd], t);
+        s.lora.add(il, LoraTarget::K, h, &mut s.k[..t * kvd], t);
+        s.lora.add(il, LoraTarget::V, h, &mut s.v[..t * kvd], t);
         let swa = c.is_swa_layer(il);
         let (rope, angles) = if swa {
             (&self.rope_swa, &s.rope_angles[1])
@@ -399,11 +410,14 @@ impl Model {
         let out = &mut out[..t_out * c.d_model];
         self.weights
             .forward(&a.o, &s.attn[..t_out * qd], t_out, out, &mut s.matmul);
+        s.lora
+            .add(il, LoraTarget::O, &s.attn[..t_out * qd], out, t_out);
     }
 
     /// `out[t][d] = down(act(gate h) * up h)`.
     pub(crate) fn ffn(
         &self,
+        il: usize,
         f: &Ffn,
         act: Activation,
         h: &[f32],
@@ -424,9 +438,14 @@ impl Model {
             self.weights.forward(&f.gate, h, t, gate, &mut s.matmul);
             self.weights.forward(&f.up, h, t, up, &mut s.matmul);
         }
+        let h = &h[..t * self.config.d_model];
+        s.lora.add(il, LoraTarget::Gate, h, &mut s.gate[..t * n], t);
+        s.lora.add(il, LoraTarget::Up, h, &mut s.up[..t * n], t);
         rows::gated_rows(&mut s.gate[..t * n], &s.up[..t * n], n, &gated);
         self.weights
             .forward(&f.down, &s.gate[..t * n], t, out, &mut s.matmul);
+        let out = &mut out[..t * self.config.d_model];
+        s.lora.add(il, LoraTarget::Down, &s.gate[..t * n], out, t);
     }
 }
 

@@ -45,6 +45,11 @@ impl OutputRows {
         next.peek().is_none()
     }
 
+    /// Flat batch indices of the surviving rows.
+    pub(crate) fn rows(&self) -> &[u32] {
+        &self.rows
+    }
+
     /// Number of surviving rows.
     pub(crate) fn len(&self) -> usize {
         self.rows.len()

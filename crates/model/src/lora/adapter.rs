@@ -1,0 +1,213 @@
+//! The in-memory adapter: per layer and projection, A as `[rank][in]` and B transposed as
+//! `[rank][out]` (both products of `kernels::lora` read contiguous rows), the scale folded from
+//! alpha / rank and the user's scale, and a digest of all of it that keys the prefix cache.
+
+use std::hash::{DefaultHasher, Hash, Hasher};
+
+use crate::config::ModelConfig;
+
+/// A linear layer an adapter may change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LoraTarget {
+    Q,
+    K,
+    V,
+    O,
+    Gate,
+    Up,
+    Down,
+}
+
+impl LoraTarget {
+    pub const ALL: [LoraTarget; 7] = [
+        Self::Q,
+        Self::K,
+        Self::V,
+        Self::O,
+        Self::Gate,
+        Self::Up,
+        Self::Down,
+    ];
+
+    /// The GGUF tensor stem: `blk.N.{stem}.weight`.
+    pub fn gguf_stem(self) -> &'static str {
+        match self {
+            Self::Q => "attn_q",
+            Self::K => "attn_k",
+            Self::V => "attn_v",
+            Self::O => "attn_output",
+            Self::Gate => "ffn_gate",
+            Self::Up => "ffn_up",
+            Self::Down => "ffn_down",
+        }
+    }
+
+    pub(crate) fn from_gguf_stem(stem: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|t| t.gguf_stem() == stem)
+    }
+
+    /// `(out, in)` of the layer in a model of `c`.
+    pub fn shape(self, c: &ModelConfig) -> (usize, usize) {
+        match self {
+            Self::Q => (c.q_dim(), c.d_model),
+            Self::K | Self::V => (c.kv_dim(), c.d_model),
+            Self::O => (c.d_model, c.q_dim()),
+            Self::Gate | Self::Up => (c.ffn_dim, c.d_model),
+            Self::Down => (c.d_model, c.ffn_dim),
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// One projection's low-rank update `scale * B A`.
+#[derive(Clone, Debug)]
+pub struct LoraWeights {
+    rank: usize,
+    d_in: usize,
+    d_out: usize,
+    /// `[rank][in]`.
+    a: Vec<f32>,
+    /// B transposed: `[rank][out]`.
+    bt: Vec<f32>,
+    scale: f32,
+}
+
+impl LoraWeights {
+    /// From A (`[rank][in]`) and B as stored (`[out][rank]`).
+    pub fn new(rank: usize, d_in: usize, d_out: usize, a: Vec<f32>, b: &[f32], scale: f32) -> Self {
+        debug_assert!(a.len() == rank * d_in && b.len() == rank * d_out);
+        let mut bt = vec![0f32; rank * d_out];
+        for (o, row) in b.chunks_exact(rank).enumerate() {
+            for (j, &v) in row.iter().enumerate() {
+                bt[j * d_out + o] = v;
+            }
+        }
+        Self {
+            rank,
+            d_in,
+            d_out,
+            a,
+            bt,
+            scale,
+        }
+    }
+
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    pub fn scale(&self) -> f32 {
+        self.scale
+    }
+
+    /// `y[i] += scale * B A x[i]` over the rows of `x` (`[n][in]`) and `y` (`[n][out]`).
+    pub fn apply(&self, x: &[f32], y: &mut [f32]) {
+        pagoda_kernels::lora::lora_add(x, &self.a, &self.bt, self.rank, self.scale, y);
+    }
+
+    /// The dense update `scale * B A` as `[out][in]`, summed in f64 (for merging and tests).
+    pub fn delta(&self) -> Vec<f32> {
+        let mut out = vec![0f32; self.d_out * self.d_in];
+        for (o, row) in out.chunks_exact_mut(self.d_in).enumerate() {
+            for (i, v) in row.iter_mut().enumerate() {
+                let s: f64 = (0..self.rank)
+                    .map(|j| self.bt[j * self.d_out + o] as f64 * self.a[j * self.d_in + i] as f64)
+                    .sum();
+                *v = (self.scale as f64 * s) as f32;
+            }
+        }
+        out
+    }
+
+    fn bytes(&self) -> usize {
+        4 * (self.a.len() + self.bt.len())
+    }
+
+    fn hash_into(&self, h: &mut DefaultHasher) {
+        (self.rank, self.d_in, self.d_out, self.scale.to_bits()).hash(h);
+        for v in self.a.iter().chain(&self.bt) {
+            v.to_bits().hash(h);
+        }
+    }
+}
+
+/// An adapter over every layer of one base model.
+#[derive(Debug)]
+pub struct LoraAdapter {
+    layers: Vec<[Option<LoraWeights>; 7]>,
+    digest: u64,
+}
+
+impl LoraAdapter {
+    /// An adapter over `n_layers` layers from `(layer, target, weights)` parts (shapes already
+    /// checked against the model). Two adapters with equal parts have equal digests.
+    pub(crate) fn from_parts(
+        n_layers: usize,
+        parts: impl IntoIterator<Item = (usize, LoraTarget, LoraWeights)>,
+    ) -> Self {
+        let mut layers: Vec<[Option<LoraWeights>; 7]> =
+            (0..n_layers).map(|_| Default::default()).collect();
+        for (il, t, w) in parts {
+            layers[il][t.index()] = Some(w);
+        }
+        let mut h = DefaultHasher::new();
+        0x6c6f_7261u32.hash(&mut h); // "lora"
+        for (il, layer) in layers.iter().enumerate() {
+            for (t, w) in layer.iter().enumerate() {
+                if let Some(w) = w {
+                    (il, t).hash(&mut h);
+                    w.hash_into(&mut h);
+                }
+            }
+        }
+        Self {
+            digest: h.finish(),
+            layers,
+        }
+    }
+
+    /// The update of `target` in layer `il`, if the adapter has one.
+    pub fn get(&self, il: usize, target: LoraTarget) -> Option<&LoraWeights> {
+        self.layers.get(il)?[target.index()].as_ref()
+    }
+
+    /// A digest of every weight, shape and scale: the adapter's identity in the prefix cache.
+    pub fn digest(&self) -> u64 {
+        self.digest
+    }
+
+    /// Layers the adapter was built for.
+    pub fn n_layers(&self) -> usize {
+        self.layers.len()
+    }
+
+    /// The largest rank of its updates.
+    pub fn max_rank(&self) -> usize {
+        self.parts().map(|(_, _, w)| w.rank).max().unwrap_or(0)
+    }
+
+    /// Bytes its weights take in memory.
+    pub fn memory_bytes(&self) -> usize {
+        self.parts().map(|(_, _, w)| w.bytes()).sum()
+    }
+
+    /// Whether every update has the shape of its projection in a model of `c`.
+    pub fn fits(&self, c: &ModelConfig) -> bool {
+        self.layers.len() == c.n_layers
+            && self
+                .parts()
+                .all(|(_, t, w)| t.shape(c) == (w.d_out, w.d_in))
+    }
+
+    /// Every `(layer, target, update)` it holds.
+    pub fn parts(&self) -> impl Iterator<Item = (usize, LoraTarget, &LoraWeights)> {
+        self.layers.iter().enumerate().flat_map(|(il, l)| {
+            LoraTarget::ALL
+                .into_iter()
+                .filter_map(move |t| l[t.index()].as_ref().map(|w| (il, t, w)))
+        })
+    }
+}
