@@ -12,6 +12,7 @@ pub mod engine_setup;
 mod error;
 pub mod executor;
 pub mod kv_cache;
+pub mod kv_groups;
 pub mod model_runner;
 pub mod models;
 pub mod pack_cache;
@@ -26,6 +27,7 @@ pub use engine_setup::{EngineSetup, KvReport, build_engine, build_engine_with_dr
 pub use error::ModelError;
 pub use executor::CpuExecutor;
 pub use kv_cache::KvCache;
+pub use kv_groups::KvGroupPlan;
 pub use model_runner::ModelRunner;
 pub use models::Model;
 pub use pack_cache::{CacheMiss, PackCache, PackCacheStatus};
