@@ -4,6 +4,8 @@
 
 use thiserror::Error;
 
+use crate::kv::KvGroup;
+
 /// How the scheduler spends each step.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SchedulerConfig {
@@ -84,6 +86,9 @@ pub struct CacheConfig {
     pub block_size: usize,
     pub num_blocks: usize,
     pub enable_prefix_caching: bool,
+    /// How the layers' KV is grouped (one block table per group and sequence); one
+    /// full-attention group unless the model has sliding-window layers that free blocks.
+    pub groups: Vec<KvGroup>,
 }
 
 /// A configuration value that cannot work.
@@ -120,8 +125,8 @@ impl SchedulerConfig {
 }
 
 impl CacheConfig {
-    /// Blocks of `block_size` tokens that fit in `budget_bytes` at `bytes_per_token` (all
-    /// layers' K and V).
+    /// Blocks of `block_size` tokens that fit in `budget_bytes` at `bytes_per_token` (the K
+    /// and V of the layers one block serves: all of them with a single group).
     pub fn from_budget(
         budget_bytes: u64,
         bytes_per_token: u64,
@@ -148,6 +153,7 @@ impl CacheConfig {
             block_size,
             num_blocks,
             enable_prefix_caching,
+            groups: vec![KvGroup::FULL],
         })
     }
 }

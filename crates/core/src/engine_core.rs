@@ -150,6 +150,8 @@ pub struct EngineStats {
     pub num_waiting: usize,
     pub kv_usage: f64,
     pub num_blocks: usize,
+    /// Blocks held per KV group (full attention or a sliding window), in group order.
+    pub kv_groups: Vec<KvGroupUsage>,
     pub prompt_tokens: u64,
     pub generation_tokens: u64,
     pub prefix_queried_tokens: u64,
@@ -165,6 +167,15 @@ pub struct EngineStats {
     /// Names of the distinct LoRA adapters of running and of waiting sequences.
     pub running_loras: Vec<std::sync::Arc<str>>,
     pub waiting_loras: Vec<std::sync::Arc<str>>,
+}
+
+/// One KV group's share of the pool.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KvGroupUsage {
+    /// `None` for full attention.
+    pub sliding_window: Option<usize>,
+    /// Blocks owned by some sequence.
+    pub blocks: usize,
 }
 
 struct SeqInfo {
@@ -200,10 +211,11 @@ impl<E: ModelExecutor> EngineCore<E> {
         eog_ids: Vec<u32>,
         vocab_size: usize,
     ) -> Self {
-        let kv = KvCacheManager::new(
+        let kv = KvCacheManager::with_groups(
             cache.num_blocks,
             cache.block_size,
             cache.enable_prefix_caching,
+            cache.groups.clone(),
         );
         // Per-process entropy for unseeded requests; seeded ones never use it.
         let seed_counter = std::time::SystemTime::now()
@@ -513,6 +525,15 @@ impl<E: ModelExecutor> EngineCore<E> {
             num_waiting: self.scheduler.num_waiting(),
             kv_usage: kv.usage(),
             num_blocks: kv.pool().num_blocks(),
+            kv_groups: kv
+                .groups()
+                .iter()
+                .zip(kv.held_per_group())
+                .map(|(g, &blocks)| KvGroupUsage {
+                    sliding_window: g.sliding_window,
+                    blocks,
+                })
+                .collect(),
             prompt_tokens: self.scheduler.counters.prompt_tokens_computed,
             generation_tokens: self.generation_tokens,
             prefix_queried_tokens: kv.stats.queried_tokens,

@@ -22,7 +22,8 @@ pub use config::{CacheConfig, ConfigError, SchedulerConfig, SchedulingPolicy};
 pub use constraint::{ConstraintError, ConstraintRef, ConstraintState, TokenConstraint};
 pub use engine_core::{
     AddRequestError, Calibration, DraftWork, EngineCore, EngineOutput, EngineRequest, EngineStats,
-    ExecutorError, ExecutorOutput, ModelExecutor, OutputTiming, RequestId, SampledToken,
+    ExecutorError, ExecutorOutput, KvGroupUsage, ModelExecutor, OutputTiming, RequestId,
+    SampledToken,
 };
 pub use logprobs::{PositionLogprobs, TokenLogprob};
 pub use lora::LoraRef;

@@ -2,7 +2,9 @@
 //! preemption and eviction happen constantly): no block leaked or double-freed, ref counts
 //! always match the owners, every request finishes or is aborted, generated tokens are the
 //! model's whatever happened on the way, and the pool is all free at the end; with speculation
-//! on, too, whatever the proposals were.
+//! on, too, whatever the proposals were; and with the KV split into full and sliding-window
+//! groups whose blocks leave the table as the window passes (the fake executor checks every
+//! key each chunk's window sees).
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -10,6 +12,7 @@ mod common;
 use std::collections::HashMap;
 
 use common::*;
+use pagoda_core::kv::KvGroup;
 use pagoda_core::{
     FinishReason, NumSpecTokens, SchedulerConfig, SchedulingPolicy, SpecConfig, SpecMethod, Tenant,
 };
@@ -64,6 +67,8 @@ proptest! {
         threshold in 0usize..8,
         spec_k in 0usize..5,
         wrong_every in 0u32..4,
+        layout in 0u8..3,
+        window in 1usize..14,
     ) {
         let config = SchedulerConfig {
             max_num_batched_tokens: max_batched,
@@ -74,7 +79,15 @@ proptest! {
                 [usize::from(policy)],
             ..Default::default()
         };
-        let mut core = engine(12, 4, config, caching);
+        // One full group (the classic pool), or full and sliding groups sharing the pool, sized
+        // so a lone sequence always fits (more groups, more blocks per token).
+        let groups = match layout {
+            0 => vec![KvGroup::FULL],
+            1 => vec![KvGroup::FULL, KvGroup::sliding(window)],
+            _ => vec![KvGroup::sliding(window), KvGroup::FULL, KvGroup::sliding(window + 5)],
+        };
+        let num_blocks = 12 * groups.len();
+        let mut core = engine_with_groups(num_blocks, 4, config, caching, groups);
         if spec_k > 0 {
             // Proposals right and wrong, full and short: tokens, blocks and caching unchanged.
             core.enable_speculation(SpecConfig {
@@ -135,7 +148,7 @@ proptest! {
             prop_assert!(guard < 10_000, "engine did not drain");
         }
         let kv = core.scheduler().kv();
-        prop_assert_eq!(kv.pool().num_free(), 12);
+        prop_assert_eq!(kv.pool().num_free(), num_blocks);
         prop_assert_eq!(kv.num_tables(), 0);
         for (id, (prompt, max_tokens, n)) in &prompts {
             for index in 0..*n {

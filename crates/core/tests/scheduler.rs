@@ -6,6 +6,7 @@
 mod common;
 
 use common::*;
+use pagoda_core::kv::{KvGroup, NULL_BLOCK};
 use pagoda_core::{
     AddRequestError, FinishReason, NumSpecTokens, SchedulerConfig, SchedulingPolicy, SpecConfig,
     SpecMethod, ValidationError,
@@ -28,7 +29,7 @@ fn blocks_prefix_hits_and_free_queue_order() {
     let first = core.step();
     let step = &core.executor().steps[0];
     assert_eq!(step.scheduled.len(), 1);
-    assert_eq!(step.scheduled[0].block_ids, vec![0, 1, 2]);
+    assert_eq!(step.scheduled[0].block_ids[0], vec![0, 1, 2]);
     assert_eq!(step.scheduled[0].num_scheduled_tokens, 10);
     let seq = step.scheduled[0].seq_id;
     assert_eq!(
@@ -53,7 +54,7 @@ fn blocks_prefix_hits_and_free_queue_order() {
     let step = core.executor().steps.last().unwrap();
     assert_eq!(step.scheduled[0].num_computed_tokens, 8);
     assert_eq!(step.scheduled[0].num_scheduled_tokens, 2);
-    assert_eq!(step.scheduled[0].block_ids, vec![0, 1, 3]);
+    assert_eq!(step.scheduled[0].block_ids[0], vec![0, 1, 3]);
     assert_eq!(outs[0].num_cached_tokens, 8);
     let mut want: Vec<u32> = (4..16).collect();
     want.push(2);
@@ -103,8 +104,8 @@ fn latest_arrival_is_preempted_and_recomputed() {
     core.add_request(request(2, b.clone(), 8)).unwrap();
     core.step(); // both prefill: 2 blocks each
     let step = &core.executor().steps[0];
-    assert_eq!(step.scheduled[0].block_ids, vec![0, 1]);
-    assert_eq!(step.scheduled[1].block_ids, vec![2, 3]);
+    assert_eq!(step.scheduled[0].block_ids[0], vec![0, 1]);
+    assert_eq!(step.scheduled[1].block_ids[0], vec![2, 3]);
     let seq_b = step.scheduled[1].seq_id;
     core.step(); // position 6: 7 tokens fit in 2 blocks
     core.step(); // position 7: 8 tokens, still 2 blocks
@@ -113,7 +114,7 @@ fn latest_arrival_is_preempted_and_recomputed() {
     assert_eq!(step.preempted_seq_ids, vec![seq_b]);
     assert_eq!(step.scheduled.len(), 1);
     // B's blocks went back tail first, so its tail block (3) is handed out first.
-    assert_eq!(step.scheduled[0].block_ids, vec![3]);
+    assert_eq!(step.scheduled[0].block_ids[0], vec![3]);
     assert_eq!(core.scheduler().num_waiting(), 1);
     assert_eq!(core.stats().preemptions, 1);
     let out = run_to_end(&mut core);
@@ -212,7 +213,7 @@ fn n_sequences_share_the_prompt_blocks() {
     let s = core.executor().steps.last().unwrap();
     assert_eq!(s.scheduled.len(), 2);
     assert_eq!(s.scheduled[1].num_computed_tokens, 8);
-    assert_eq!(&s.scheduled[1].block_ids[..2], &[0, 1]);
+    assert_eq!(&s.scheduled[1].block_ids[0][..2], &[0, 1]);
     while core.has_work() {
         record(core.step());
     }
@@ -371,4 +372,43 @@ fn speculation_verifies_several_tokens_per_step_and_gives_rejected_slots_back() 
     );
     assert_eq!(core.scheduler().kv().pool().num_free(), 64);
     core.scheduler().kv().check_invariants().unwrap();
+}
+
+#[test]
+fn sliding_groups_give_back_blocks_and_hit_only_their_window() {
+    // Block 4, window 8: a query at p reads keys p-7..=p, so after 40 computed tokens the
+    // sliding group needs blocks 8.. (keys 33..) and holds at most ceil(7/4) + 1 = 3 blocks.
+    let groups = vec![KvGroup::FULL, KvGroup::sliding(8)];
+    let mut core = engine_with_groups(64, 4, sched(16, 0), true, groups);
+    let prompt: Vec<u32> = (0..40).collect();
+    core.add_request(request(1, prompt.clone(), 4)).unwrap();
+    let mut max_sliding = 0;
+    while core.has_work() {
+        core.step();
+        let kv = core.scheduler().kv();
+        kv.check_invariants().unwrap();
+        if let Some(&seq) = core.scheduler().running().first() {
+            let tables = kv.block_tables(seq);
+            let real = |t: &Vec<u32>| t.iter().filter(|&&b| b != NULL_BLOCK).count();
+            let computed = core.scheduler().request(seq).unwrap().num_computed_tokens;
+            assert_eq!(real(&tables[0]), computed.div_ceil(4));
+            max_sliding = max_sliding.max(real(&tables[1]));
+            assert!(real(&tables[1]) <= 3, "sliding group holds {:?}", tables[1]);
+        }
+    }
+    assert_eq!(max_sliding, 3);
+    // The same prompt again: the full group hits its 9 blocks (36 tokens; the last token is
+    // computed), the sliding group needs only blocks 7 and 8 (keys 29..35), still cached in
+    // the free queue though they left the first request's window long ago.
+    core.add_request(request(2, prompt.clone(), 1)).unwrap();
+    core.step();
+    let step = core.executor().steps.last().unwrap();
+    assert_eq!(step.scheduled[0].num_computed_tokens, 36);
+    let ids = &step.scheduled[0].block_ids;
+    assert_eq!(ids[0].len(), 10);
+    assert!(ids[1][..7].iter().all(|&b| b == NULL_BLOCK), "{:?}", ids[1]);
+    assert!(ids[1][7..].iter().all(|&b| b != NULL_BLOCK));
+    run_to_end(&mut core);
+    core.scheduler().kv().check_invariants().unwrap();
+    assert_eq!(core.scheduler().kv().pool().num_free(), 64);
 }

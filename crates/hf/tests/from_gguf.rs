@@ -63,7 +63,7 @@ fn logits(model: Model, tokens: &[u32]) -> Vec<f32> {
         &[SeqChunk {
             tokens,
             start: 0,
-            block_table: &table,
+            block_tables: std::slice::from_ref(&table),
             logits: Logits::All,
         }],
         16,

@@ -45,7 +45,7 @@ fn bench_model(c: &mut Criterion, label: &str, file: &str) {
         &[SeqChunk {
             tokens: &tokens,
             start: 0,
-            block_table: &table,
+            block_tables: std::slice::from_ref(&table),
             logits: Logits::Last,
         }],
         bs,
@@ -59,7 +59,7 @@ fn bench_model(c: &mut Criterion, label: &str, file: &str) {
         &[SeqChunk {
             tokens: &tokens[..ctx - 1],
             start: 0,
-            block_table: &table,
+            block_tables: std::slice::from_ref(&table),
             logits: Logits::Last,
         }],
         bs,
@@ -69,7 +69,7 @@ fn bench_model(c: &mut Criterion, label: &str, file: &str) {
         &[SeqChunk {
             tokens: &tokens[ctx - 1..ctx],
             start: ctx - 1,
-            block_table: &table,
+            block_tables: std::slice::from_ref(&table),
             logits: Logits::Last,
         }],
         bs,

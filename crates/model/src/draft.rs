@@ -203,7 +203,7 @@ impl Proposer for DraftProposer {
                 .map(|(&j, (tokens, start))| SeqChunk {
                     tokens,
                     start: *start,
-                    block_table: &self.seqs[&jobs[j].seq].table,
+                    block_tables: std::slice::from_ref(&self.seqs[&jobs[j].seq].table),
                     logits: Logits::Last,
                 })
                 .collect();

@@ -7,7 +7,9 @@ use pagoda_core::config::{check_kv_budget, default_kv_budget};
 use pagoda_core::{CacheConfig, EngineCore, SchedulerConfig, SpecConfig, SpecMethod};
 use pagoda_spec::{NgramProposer, SuffixConfig, SuffixProposer};
 
-use crate::{CpuExecutor, DraftProposer, KvCacheDtype, Model, ModelError, ModelRunner};
+use crate::{
+    CpuExecutor, DraftProposer, KvCacheDtype, KvGroupPlan, Model, ModelError, ModelRunner,
+};
 
 /// What a user may choose about the engine; `None` means the default.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,6 +26,9 @@ pub struct EngineSetup {
     pub kv_cache_dtype: KvCacheDtype,
     /// Speculative decoding, when on (a draft model is passed to `build_engine_with_draft`).
     pub speculative: Option<SpecConfig>,
+    /// Sliding-window layers get their own block tables and give back the blocks that left
+    /// their window (on by default; off keeps every layer's KV for every token, as before).
+    pub sliding_window_freeing: bool,
 }
 
 impl Default for EngineSetup {
@@ -36,6 +41,7 @@ impl Default for EngineSetup {
             max_model_len: None,
             kv_cache_dtype: KvCacheDtype::default(),
             speculative: None,
+            sliding_window_freeing: true,
         }
     }
 }
@@ -52,6 +58,11 @@ pub struct KvReport {
     pub max_model_len: usize,
     /// What K and V are stored as (vLLM's `cache_dtype` label).
     pub cache_dtype: &'static str,
+    /// KV groups (one block table each per sequence), how many slide, and the layers each
+    /// block holds.
+    pub num_groups: usize,
+    pub num_sliding_groups: usize,
+    pub layers_per_block: usize,
 }
 
 /// An engine core for `model`, with its KV pool sized from `setup`.
@@ -70,8 +81,13 @@ pub fn build_engine_with_draft(
 ) -> Result<(EngineCore<ModelRunner>, KvReport), ModelError> {
     model.set_kv_cache_dtype(setup.kv_cache_dtype);
     let config = model.config().clone();
-    let bytes_per_token =
-        (2 * config.n_layers * config.kv_dim() * config.kv_cache_dtype.bytes()) as u64;
+    let plan = if setup.sliding_window_freeing {
+        KvGroupPlan::by_attention(&config)
+    } else {
+        KvGroupPlan::single(config.n_layers)
+    };
+    let layer_bytes = (2 * config.kv_dim() * config.kv_cache_dtype.bytes()) as u64;
+    let bytes_per_token = config.n_layers as u64 * layer_bytes;
     let budget = match setup.kv_cache_memory {
         Some(b) => {
             check_kv_budget(b).map_err(|e| ModelError::InvalidRequest(e.to_string()))?;
@@ -79,14 +95,16 @@ pub fn build_engine_with_draft(
         }
         None => default_kv_budget(),
     };
-    let cache = CacheConfig::from_budget(
+    // A block holds one group's layers: with sliding groups, more and smaller blocks.
+    let mut cache = CacheConfig::from_budget(
         budget,
-        bytes_per_token,
+        plan.layers_per_group() as u64 * layer_bytes,
         setup.block_size,
         setup.enable_prefix_caching,
     )
     .map_err(|e| ModelError::InvalidRequest(e.to_string()))?;
-    let pool_tokens = cache.num_blocks * cache.block_size;
+    cache.groups = plan.groups().to_vec();
+    let pool_tokens = longest_sequence(&cache, setup.scheduler.max_num_batched_tokens);
     let wanted = setup.max_model_len.unwrap_or(config.context_length);
     if setup
         .max_model_len
@@ -111,10 +129,17 @@ pub fn build_engine_with_draft(
         max_tokens_in_pool: pool_tokens,
         max_model_len,
         cache_dtype: "f16",
+        num_groups: plan.num_groups(),
+        num_sliding_groups: plan
+            .groups()
+            .iter()
+            .filter(|g| g.sliding_window.is_some())
+            .count(),
+        layers_per_block: plan.layers_per_group(),
     };
     let eog_ids = config.eog_token_ids.clone();
     let vocab = config.vocab_size;
-    let exec = CpuExecutor::new(model, cache.num_blocks, cache.block_size)?;
+    let exec = CpuExecutor::with_plan(model, plan, cache.num_blocks, cache.block_size)?;
     let mut runner = ModelRunner::new(exec);
     if let Some(spec) = &setup.speculative {
         spec.validate()
@@ -131,16 +156,46 @@ pub fn build_engine_with_draft(
         );
     }
     tracing::info!(
-        "KV cache ({:?}): {} bytes per token, {} blocks of {} tokens ({:.1} MiB), {} tokens in all; max_model_len {}",
+        "KV cache ({:?}): {} bytes per token, {} blocks of {} tokens x {} layers ({:.1} MiB); {} groups ({} sliding-window); capacity {} tokens of KV in every layer, one sequence up to {} tokens; max_model_len {}",
         setup.kv_cache_dtype,
         report.bytes_per_token,
         report.num_blocks,
         report.block_size,
-        (report.num_blocks * report.block_size) as f64 * report.bytes_per_token as f64 / 1048576.0,
+        report.layers_per_block,
+        budget_used_mib(&report, layer_bytes),
+        report.num_groups,
+        report.num_sliding_groups,
+        report.num_blocks * report.block_size / report.num_groups.max(1),
         report.max_tokens_in_pool,
         report.max_model_len
     );
     Ok((core, report))
+}
+
+/// The longest sequence the pool holds alone: every full group needs a block per
+/// `block_size` tokens, a sliding group at most its window plus a prefill chunk.
+fn longest_sequence(cache: &CacheConfig, max_chunk: usize) -> usize {
+    let bs = cache.block_size;
+    let (mut full, mut reserve) = (0usize, 0usize);
+    for g in &cache.groups {
+        match g.sliding_window {
+            None => full += 1,
+            Some(w) => reserve += (w + max_chunk).div_ceil(bs) + 1,
+        }
+    }
+    if full == 0 {
+        return if reserve <= cache.num_blocks {
+            usize::MAX
+        } else {
+            0
+        };
+    }
+    cache.num_blocks.saturating_sub(reserve) / full * bs
+}
+
+fn budget_used_mib(report: &KvReport, layer_bytes: u64) -> f64 {
+    (report.num_blocks * report.block_size * report.layers_per_block) as f64 * layer_bytes as f64
+        / 1048576.0
 }
 
 /// Gives `runner` the proposer `spec` names. A draft model must share the target's vocabulary;

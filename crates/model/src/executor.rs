@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::lora::LoraAdapter;
 use crate::models::{ForwardScratch, Model};
-use crate::{ForwardBatch, KvCache, ModelError};
+use crate::{ForwardBatch, KvCache, KvGroupPlan, ModelError};
 
 /// Runs forward passes of one model on the CPU.
 pub struct CpuExecutor {
@@ -18,7 +18,18 @@ pub struct CpuExecutor {
 impl CpuExecutor {
     /// An executor with a fresh arena of `num_blocks` blocks of `block_size` slots per layer.
     pub fn new(model: Model, num_blocks: usize, block_size: usize) -> Result<Self, ModelError> {
-        let kv_cache = KvCache::new(model.config(), num_blocks, block_size)?;
+        let plan = KvGroupPlan::single(model.config().n_layers);
+        Self::with_plan(model, plan, num_blocks, block_size)
+    }
+
+    /// An executor whose layers read the block tables `plan` assigns them.
+    pub fn with_plan(
+        model: Model,
+        plan: KvGroupPlan,
+        num_blocks: usize,
+        block_size: usize,
+    ) -> Result<Self, ModelError> {
+        let kv_cache = KvCache::with_plan(model.config(), plan, num_blocks, block_size)?;
         Ok(Self {
             model,
             kv_cache,
@@ -43,6 +54,7 @@ impl CpuExecutor {
             c.vocab_size,
             self.kv_cache.num_blocks(),
             self.kv_cache.block_size(),
+            self.kv_cache.plan().groups(),
         )?;
         if let Some(i) = batch
             .seq_loras

@@ -1,21 +1,25 @@
-//! The paged KV arena: one K and one V buffer per layer, each `num_blocks` blocks of
+//! The paged KV arena: one K and one V buffer per arena slot, each `num_blocks` blocks of
 //! `block_size` token slots (layout `[block][kv_head][slot][head_dim]`, as the attention kernel
-//! reads it), of f16 or f32 as `ModelConfig::kv_cache_dtype` says. The executor owns it, never
-//! the model; who gets which block is the caller's business.
+//! reads it), of f16 or f32 as `ModelConfig::kv_cache_dtype` says. With one KV group a slot is a
+//! layer; with several (`KvGroupPlan`) the layers of different groups share slots and a block
+//! id belongs to one group. The executor owns it, never the model; who gets which block is the
+//! caller's business.
 
 use half::f16;
 use pagoda_kernels::attention::KvLayout;
 
 use crate::config::KvCacheDtype;
+use crate::kv_groups::KvGroupPlan;
 use crate::{ModelConfig, ModelError};
 
 /// K and V arenas for every layer.
 pub struct KvCache {
     layout: KvLayout,
     arenas: Arenas,
+    plan: KvGroupPlan,
 }
 
-/// Per-layer K and V buffers of one element type.
+/// Per-slot K and V buffers of one element type.
 pub enum Arenas {
     F32 { k: Vec<Vec<f32>>, v: Vec<Vec<f32>> },
     F16 { k: Vec<Vec<f16>>, v: Vec<Vec<f16>> },
@@ -25,6 +29,21 @@ impl KvCache {
     /// An arena of `num_blocks` blocks of `block_size` slots for each layer of `config`.
     pub fn new(
         config: &ModelConfig,
+        num_blocks: usize,
+        block_size: usize,
+    ) -> Result<Self, ModelError> {
+        Self::with_plan(
+            config,
+            KvGroupPlan::single(config.n_layers),
+            num_blocks,
+            block_size,
+        )
+    }
+
+    /// Arenas for `plan`: `plan.layers_per_group()` K and V buffers of `num_blocks` blocks.
+    pub fn with_plan(
+        config: &ModelConfig,
+        plan: KvGroupPlan,
         num_blocks: usize,
         block_size: usize,
     ) -> Result<Self, ModelError> {
@@ -47,24 +66,29 @@ impl KvCache {
                     "KV arena of {num_blocks} x {block_size} overflows"
                 ))
             })?;
+        let slots = plan.layers_per_group().min(config.n_layers.max(1));
         // Zeroed allocations come from calloc, so untouched blocks cost no memory or start-up.
         let arenas = match config.kv_cache_dtype {
             KvCacheDtype::F32 => {
-                let new = || (0..config.n_layers).map(|_| vec![0.0f32; per_layer]);
+                let new = || (0..slots).map(|_| vec![0.0f32; per_layer]);
                 Arenas::F32 {
                     k: new().collect(),
                     v: new().collect(),
                 }
             }
             KvCacheDtype::F16 => {
-                let new = || (0..config.n_layers).map(|_| zeroed_f16(per_layer));
+                let new = || (0..slots).map(|_| zeroed_f16(per_layer));
                 Arenas::F16 {
                     k: new().collect(),
                     v: new().collect(),
                 }
             }
         };
-        Ok(Self { layout, arenas })
+        Ok(Self {
+            layout,
+            arenas,
+            plan,
+        })
     }
 
     pub fn dtype(&self) -> KvCacheDtype {
@@ -74,7 +98,12 @@ impl KvCache {
         }
     }
 
-    /// Every layer's K and V buffers.
+    /// Which table and arena each layer uses.
+    pub fn plan(&self) -> &KvGroupPlan {
+        &self.plan
+    }
+
+    /// Every slot's K and V buffers (layer `il` is slot `plan().slot(il)`).
     pub fn arenas_mut(&mut self) -> &mut Arenas {
         &mut self.arenas
     }

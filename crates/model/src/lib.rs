@@ -13,6 +13,7 @@ mod error;
 pub mod eval;
 pub mod executor;
 pub mod kv_cache;
+pub mod kv_groups;
 pub mod lora;
 pub mod model_runner;
 pub mod models;
@@ -28,6 +29,7 @@ pub use engine_setup::{EngineSetup, KvReport, build_engine, build_engine_with_dr
 pub use error::ModelError;
 pub use executor::CpuExecutor;
 pub use kv_cache::KvCache;
+pub use kv_groups::KvGroupPlan;
 pub use lora::{LoraAdapter, LoraError, LoraOptions, LoraTarget};
 pub use model_runner::ModelRunner;
 pub use models::Model;

@@ -27,7 +27,8 @@ struct SeqState {
     /// Prompt, then every token sampled so far.
     tokens: Vec<u32>,
     prompt_len: usize,
-    block_table: Vec<u32>,
+    /// One table per KV group.
+    block_tables: Vec<Vec<u32>>,
     sampler: Sampler,
     prompt_logprobs: Option<u32>,
     /// Why this sequence cannot run (reported once, then it is never batched).
@@ -126,7 +127,7 @@ impl ModelRunner {
                     SeqState {
                         tokens: new.prompt_token_ids.clone(),
                         prompt_len: new.prompt_token_ids.len(),
-                        block_table: s.block_ids.clone(),
+                        block_tables: s.block_ids.clone(),
                         sampler,
                         prompt_logprobs,
                         failed,
@@ -139,10 +140,12 @@ impl ModelRunner {
                 ExecutorError(format!("sequence {} scheduled but unknown", s.seq_id))
             })?;
             if s.resumed {
-                st.block_table.clone_from(&s.block_ids);
+                st.block_tables.clone_from(&s.block_ids);
             } else {
-                st.block_table.truncate(s.table_offset);
-                st.block_table.extend_from_slice(&s.block_ids);
+                for (table, ids) in st.block_tables.iter_mut().zip(&s.block_ids) {
+                    table.truncate(s.table_offset);
+                    table.extend_from_slice(ids);
+                }
             }
         }
         Ok(())
@@ -266,11 +269,13 @@ pub(crate) fn time_steps(exec: &mut CpuExecutor, sizes: &[usize]) -> Vec<(usize,
             break;
         }
         let tokens = vec![0u32; n];
+        // Every group may use the same blocks: what is written there is never read.
         let table: Vec<u32> = (0..n.div_ceil(bs) as u32).collect();
+        let tables = vec![table; exec.kv_cache.plan().num_groups()];
         let chunk = SeqChunk {
             tokens: &tokens,
             start: 0,
-            block_table: &table,
+            block_tables: &tables,
             logits: Logits::All,
         };
         let batch = ForwardBatch::from_seqs(&[chunk], bs);
@@ -362,7 +367,7 @@ impl ModelRunner {
             chunks.push(SeqChunk {
                 tokens: &st.tokens[start..end],
                 start,
-                block_table: &st.block_table,
+                block_tables: &st.block_tables,
                 logits,
             });
             seq_loras.push(st.lora.as_ref().map(|l| {

@@ -12,7 +12,7 @@ fn good() -> ForwardBatch {
         &[SeqChunk {
             tokens: &[5, 6, 7],
             start: 0,
-            block_table: &[1],
+            block_tables: &[vec![1]],
             logits: Logits::Last,
         }],
         4,
@@ -49,7 +49,7 @@ fn bad_batches_are_errors() {
 
     let mut b = good();
     b.slot_mapping[2] = 3; // in range, but block_tables puts position 2 at slot 6
-    expect_invalid(&mut exec, &b, "slot_mapping[2]");
+    expect_invalid(&mut exec, &b, "slot_mapping[0][2]");
 
     let mut b = good();
     b.positions.pop();
@@ -86,7 +86,7 @@ fn bad_batches_are_errors() {
         &[SeqChunk {
             tokens: &[5; 6],
             start: 0,
-            block_table: &[0],
+            block_tables: &[vec![0]],
             logits: Logits::Last,
         }],
         4,

@@ -102,7 +102,7 @@ fn check_mixed_batch(name: &str, load: &dyn Fn() -> Model) {
             &[SeqChunk {
                 tokens: &tokens[cached..end],
                 start: cached,
-                block_table: table,
+                block_tables: std::slice::from_ref(table),
                 logits: Logits::All,
             }],
             bs,
@@ -119,19 +119,19 @@ fn check_mixed_batch(name: &str, load: &dyn Fn() -> Model) {
             SeqChunk {
                 tokens: &a,
                 start: 0,
-                block_table: &ta,
+                block_tables: std::slice::from_ref(&ta),
                 logits: Logits::All,
             },
             SeqChunk {
                 tokens: &b[29..],
                 start: 29,
-                block_table: &tb,
+                block_tables: std::slice::from_ref(&tb),
                 logits: Logits::All,
             },
             SeqChunk {
                 tokens: &c[17..33],
                 start: 17,
-                block_table: &tc,
+                block_tables: std::slice::from_ref(&tc),
                 logits: Logits::All,
             },
         ],

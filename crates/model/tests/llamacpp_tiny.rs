@@ -50,7 +50,7 @@ fn check(spec: &TinyModel, fixture: &str) {
                 &[SeqChunk {
                     tokens: &tokens[start..],
                     start,
-                    block_table: &table,
+                    block_tables: std::slice::from_ref(&table),
                     logits: Logits::Last,
                 }],
                 16,

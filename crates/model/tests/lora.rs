@@ -118,7 +118,7 @@ fn run(
             &[SeqChunk {
                 tokens: &seq[start..],
                 start,
-                block_table: &table,
+                block_tables: std::slice::from_ref(&table),
                 logits: if start == 0 {
                     Logits::All
                 } else {
@@ -282,7 +282,7 @@ fn step_rows(
         .map(|((t, _), table)| SeqChunk {
             tokens: t,
             start: 0,
-            block_table: table,
+            block_tables: std::slice::from_ref(table),
             logits: Logits::All,
         })
         .collect();

@@ -32,7 +32,7 @@ fn run(model: Model, all: bool) -> Vec<Vec<f32>> {
         .map(|s| SeqChunk {
             tokens: &prompts[s],
             start: 0,
-            block_table: &tables[s],
+            block_tables: std::slice::from_ref(&tables[s]),
             logits: if all { Logits::All } else { want[s] },
         })
         .collect();
@@ -58,7 +58,7 @@ fn run(model: Model, all: bool) -> Vec<Vec<f32>> {
         .map(|s| SeqChunk {
             tokens: &next[s],
             start: prompts[s].len(),
-            block_table: &tables[s],
+            block_tables: std::slice::from_ref(&tables[s]),
             logits: Logits::Last,
         })
         .collect();

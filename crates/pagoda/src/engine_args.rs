@@ -26,6 +26,10 @@ pub struct EngineArgs {
     /// Turn off prefix caching (on by default).
     #[arg(long, env = "PAGODA_NO_PREFIX_CACHING")]
     pub no_prefix_caching: bool,
+    /// Keep the KV of sliding-window layers (Gemma 3) for every token instead of giving back
+    /// the blocks that left their window (on by default: more sequences fit).
+    #[arg(long, env = "PAGODA_DISABLE_SLIDING_WINDOW_FREEING")]
+    pub disable_sliding_window_freeing: bool,
     /// Token budget of one engine step, over all requests.
     #[arg(long, env = "PAGODA_MAX_NUM_BATCHED_TOKENS", default_value_t = 2048)]
     pub max_num_batched_tokens: usize,
@@ -107,6 +111,7 @@ impl EngineArgs {
                 } else {
                     self.scheduling_policy
                 },
+                ..SchedulerConfig::default()
             },
             kv_cache_memory,
             block_size: self.block_size,
@@ -114,6 +119,7 @@ impl EngineArgs {
             max_model_len: self.max_model_len,
             kv_cache_dtype: self.kv_cache_dtype.parse().context("--kv-cache-dtype")?,
             speculative: self.speculative.resolve()?,
+            sliding_window_freeing: !self.disable_sliding_window_freeing,
         })
     }
 }

@@ -72,7 +72,7 @@ fn reference_ppl(model: &Path, text: &Path, chunks: usize) -> f64 {
             &[SeqChunk {
                 tokens: &chunk,
                 start: 0,
-                block_table: &table,
+                block_tables: std::slice::from_ref(&table),
                 logits: Logits::All,
             }],
             16,

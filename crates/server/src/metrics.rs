@@ -200,6 +200,7 @@ impl Metrics {
                 &label,
                 s.num_blocks as f64,
             );
+            kv_groups(&mut out, &label, &s.kv_groups);
             counter(
                 &mut out,
                 "pagoda:prompt_tokens_total",
@@ -290,6 +291,25 @@ fn escape_label(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
+/// Blocks held by each KV group (full attention, or a sliding window that gives back blocks).
+fn kv_groups(out: &mut String, label: &str, groups: &[pagoda_core::KvGroupUsage]) {
+    let name = "pagoda:kv_cache_group_blocks";
+    let _ = writeln!(
+        out,
+        "# HELP {name} KV blocks held per layer group (a block holds that group's layers).\n# TYPE {name} gauge"
+    );
+    for (i, g) in groups.iter().enumerate() {
+        let attention = g
+            .sliding_window
+            .map_or_else(|| "full".to_string(), |w| format!("sliding_{w}"));
+        let _ = writeln!(
+            out,
+            "{name}{{{label},group=\"{i}\",attention=\"{attention}\"}} {}",
+            g.blocks
+        );
+    }
+}
+
 fn gauge(out: &mut String, name: &str, help: &str, label: &str, v: f64) {
     let _ = writeln!(
         out,
@@ -372,6 +392,16 @@ mod tests {
         let stats = EngineStats {
             num_running: 2,
             kv_usage: 0.5,
+            kv_groups: vec![
+                pagoda_core::KvGroupUsage {
+                    sliding_window: None,
+                    blocks: 3,
+                },
+                pagoda_core::KvGroupUsage {
+                    sliding_window: Some(512),
+                    blocks: 7,
+                },
+            ],
             ..Default::default()
         };
         let text = m.render(Some(&stats), "a\"b");
@@ -383,5 +413,8 @@ mod tests {
         ));
         assert!(text.contains("pagoda:num_requests_running{model_name=\"a\\\"b\"} 2"));
         assert!(text.contains("pagoda:kv_cache_usage_perc{model_name=\"a\\\"b\"} 0.5"));
+        assert!(text.contains(
+            "pagoda:kv_cache_group_blocks{model_name=\"a\\\"b\",group=\"1\",attention=\"sliding_512\"} 7"
+        ));
     }
 }

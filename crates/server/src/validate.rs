@@ -247,6 +247,7 @@ pub fn build(
         n: f.n.unwrap_or(1),
         prompt_logprobs: f.prompt_logprobs,
         constraint: f.constraint.clone(),
+        lora: None,
     };
     // OpenAI's temperature range; the engine accepts more, clients expect this bound.
     if !(0.0..=2.0).contains(&params.temperature) {

@@ -3,7 +3,9 @@
 pub mod block_hash;
 pub mod block_pool;
 pub mod kv_cache_manager;
+pub mod kv_group;
 
 pub use block_hash::{BlockHash, ExtraKeys};
 pub use block_pool::{BlockId, BlockPool};
 pub use kv_cache_manager::{ComputedBlocks, KvCacheManager, PrefixCacheStats};
+pub use kv_group::{KvGroup, NULL_BLOCK};

@@ -21,12 +21,15 @@ pub struct ScheduledSeq {
     pub seq_id: SeqId,
     /// Present the first time the sequence is scheduled.
     pub new: Option<NewSeqData>,
-    /// Scheduled again after preemption: `block_ids` replaces its whole block table.
+    /// Scheduled again after preemption: `block_ids` replaces its whole block tables.
     pub resumed: bool,
-    /// Blocks to put in the sequence's table from index `table_offset` on (the table is cut
-    /// there first: blocks that held rejected speculative tokens were given back).
-    pub block_ids: Vec<BlockId>,
-    /// Where `block_ids` start in the table (0 when new or resumed).
+    /// Per KV group, the entries to put in the sequence's table from index `table_offset` on
+    /// (the tables are cut there first: blocks that held rejected speculative tokens were given
+    /// back). `NULL_BLOCK` marks an entry a sliding window no longer reaches; entries the
+    /// executor holds from earlier steps may have been given back the same way (the kernels
+    /// never read blocks outside the window, so the executor need not be told).
+    pub block_ids: Vec<Vec<BlockId>>,
+    /// Where `block_ids` start in the tables (0 when new or resumed).
     pub table_offset: usize,
     /// Tokens with KV before this step.
     pub num_computed_tokens: usize,

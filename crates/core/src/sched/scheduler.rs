@@ -13,7 +13,7 @@ use super::output::{NewSeqData, ScheduledSeq, SchedulerOutput};
 use super::queue::{QueueKey, WaitingQueue};
 use super::stop::check_stop;
 use crate::config::SchedulerConfig;
-use crate::kv::{ComputedBlocks, KvCacheManager};
+use crate::kv::{BlockId, ComputedBlocks, KvCacheManager, NULL_BLOCK};
 use crate::request::{FinishReason, Request, RequestStatus, SeqId};
 use crate::spec::{SpecCandidate, SpecConfig, SpecController};
 
@@ -125,13 +125,20 @@ impl Scheduler {
     }
 
     /// KV slots held by running sequences, and how many of them hold a computed token; the
-    /// difference is the waste of partially filled blocks (shared blocks count once per holder).
+    /// difference is the waste of partially filled blocks (shared blocks count once per holder;
+    /// each KV group's blocks count on their own).
     pub fn kv_slot_usage(&self) -> (usize, usize) {
         let bs = self.kv.block_size();
         self.running.iter().fold((0, 0), |(alloc, used), s| {
-            let blocks = self.kv.block_table(*s).len();
             let computed = self.requests.get(s).map_or(0, |r| r.num_computed_tokens);
-            (alloc + blocks * bs, used + computed.min(blocks * bs))
+            let (mut a, mut u) = (0, 0);
+            for table in self.kv.block_tables(*s) {
+                let first = table.iter().take_while(|&&b| b == NULL_BLOCK).count();
+                let held = table.len() - first;
+                a += held * bs;
+                u += computed.saturating_sub(first * bs).min(held * bs);
+            }
+            (alloc + a, used + u)
         })
     }
 
@@ -236,7 +243,7 @@ impl Scheduler {
                     None => continue,
                 };
                 let req = &self.requests[&seq];
-                if self.kv.next_block_in_flight(req, computed.blocks.len()) {
+                if self.kv.next_block_in_flight(req, computed.num_blocks()) {
                     // Another sequence is computing this prefix right now: wait for it rather
                     // than compute the same KV twice (requests that arrive together share too).
                     continue;
@@ -368,7 +375,9 @@ impl Scheduler {
                 continue; // no blocks to spare: this step decodes one token
             };
             let s = &mut out.scheduled[i];
-            s.block_ids.extend(extra);
+            for (ids, more) in s.block_ids.iter_mut().zip(extra) {
+                ids.extend(more);
+            }
             s.num_scheduled_tokens += k;
             s.num_spec_tokens = k;
         }
@@ -388,7 +397,7 @@ impl Scheduler {
     fn scheduled_entry(
         &mut self,
         seq: SeqId,
-        block_ids: Vec<u32>,
+        block_ids: Vec<Vec<BlockId>>,
         n: usize,
         resumed: bool,
         now: Instant,
@@ -404,11 +413,11 @@ impl Scheduler {
             .expect("scheduled sequences exist"); // invariant: callers looked it up
         // A resumed sequence's table restarts from scratch: send it whole.
         let block_ids = if resumed || first_time {
-            self.kv.block_table(seq).to_vec()
+            self.kv.block_tables(seq).to_vec()
         } else {
             block_ids
         };
-        let table_offset = self.kv.block_table(seq).len() - block_ids.len();
+        let table_offset = self.kv.table_len(seq) - block_ids.first().map_or(0, Vec::len);
         ScheduledSeq {
             seq_id: seq,
             table_offset,

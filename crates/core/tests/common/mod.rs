@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 
+use pagoda_core::kv::KvGroup;
 use pagoda_core::{
     CacheConfig, EngineCore, EngineRequest, ExecutorError, ExecutorOutput, ModelExecutor,
     SampledToken, SamplingParams, SchedulerConfig, SchedulerOutput, SeqId,
@@ -18,9 +19,12 @@ pub const EOS: u32 = 999;
 #[derive(Default)]
 pub struct FakeExecutor {
     pub block_size: usize,
+    /// Each KV group's window (`None`: full attention); one full group by default.
+    pub windows: Vec<Option<usize>>,
     /// slot -> (token, position) last written there.
     pub arena: Vec<Option<(u32, usize)>>,
-    seqs: HashMap<SeqId, (Vec<u32>, Vec<u32>)>,
+    /// Per sequence: tokens, and one block table per group.
+    seqs: HashMap<SeqId, (Vec<u32>, Vec<Vec<u32>>)>,
     pub steps: Vec<SchedulerOutput>,
     /// Time each step takes, to model a real forward pass.
     pub step_delay: Option<std::time::Duration>,
@@ -34,6 +38,7 @@ impl FakeExecutor {
     pub fn new(num_blocks: usize, block_size: usize) -> Self {
         Self {
             block_size,
+            windows: vec![None],
             arena: vec![None; num_blocks * block_size],
             ..Default::default()
         }
@@ -70,8 +75,10 @@ impl ModelExecutor for FakeExecutor {
                 if s.resumed {
                     st.1.clone_from(&s.block_ids);
                 } else {
-                    st.1.truncate(s.table_offset);
-                    st.1.extend_from_slice(&s.block_ids);
+                    for (t, ids) in st.1.iter_mut().zip(&s.block_ids) {
+                        t.truncate(s.table_offset);
+                        t.extend_from_slice(ids);
+                    }
                 }
             }
             // Proposals: the true continuation, with some tokens wrong and some runs short.
@@ -100,36 +107,42 @@ impl ModelExecutor for FakeExecutor {
                     t.push(d);
                 }
             }
-            let (tokens, table) = &self.seqs[&s.seq_id];
+            let (tokens, tables) = &self.seqs[&s.seq_id];
             let (start, end) = (s.num_computed_tokens, s.num_computed_tokens + known);
             assert!(end <= tokens.len(), "scheduled past the known tokens");
             assert!(
                 s.num_spec_tokens == 0 || end == tokens.len(),
                 "speculation only after the last known token"
             );
-            assert!(
-                table.len() * bs >= end + proposed.len(),
-                "block table too short"
-            );
-            for (pos, tok) in tokens.iter().enumerate().take(start) {
-                let slot = table[pos / bs] as usize * bs + pos % bs;
-                assert_eq!(
-                    self.arena[slot],
-                    Some((*tok, pos)),
-                    "seq {} position {pos}: cached KV is not its token",
-                    s.seq_id
+            assert_eq!(tables.len(), self.windows.len(), "one table per group");
+            for (table, window) in tables.iter().zip(&self.windows) {
+                assert!(
+                    table.len() * bs >= end + proposed.len(),
+                    "block table too short"
                 );
-            }
-            for pos in start..end {
-                let slot = table[pos / bs] as usize * bs + pos % bs;
-                self.arena[slot] = Some((tokens[pos], pos));
-            }
-            // Proposed tokens get KV too, right or wrong: the core must not count a rejected
-            // one as computed (the check above would catch it a step later).
-            for (i, &d) in proposed.iter().enumerate() {
-                let pos = end + i;
-                let slot = table[pos / bs] as usize * bs + pos % bs;
-                self.arena[slot] = Some((d, pos));
+                // Every key the chunk's first query sees must hold its token: all earlier ones
+                // for full attention, the last `window` for a sliding group.
+                let lo = window.map_or(0, |w| (start + 1).saturating_sub(w));
+                for (pos, tok) in tokens.iter().enumerate().take(start).skip(lo) {
+                    let slot = table[pos / bs] as usize * bs + pos % bs;
+                    assert_eq!(
+                        self.arena[slot],
+                        Some((*tok, pos)),
+                        "seq {} position {pos}: cached KV is not its token",
+                        s.seq_id
+                    );
+                }
+                for pos in start..end {
+                    let slot = table[pos / bs] as usize * bs + pos % bs;
+                    self.arena[slot] = Some((tokens[pos], pos));
+                }
+                // Proposed tokens get KV too, right or wrong: the core must not count a
+                // rejected one as computed (the check above would catch it a step later).
+                for (i, &d) in proposed.iter().enumerate() {
+                    let pos = end + i;
+                    let slot = table[pos / bs] as usize * bs + pos % bs;
+                    self.arena[slot] = Some((d, pos));
+                }
             }
             if end == tokens.len() {
                 let st = self.seqs.get_mut(&s.seq_id).unwrap();
@@ -172,18 +185,26 @@ pub fn engine(
     sched: SchedulerConfig,
     caching: bool,
 ) -> EngineCore<FakeExecutor> {
+    engine_with_groups(num_blocks, block_size, sched, caching, vec![KvGroup::FULL])
+}
+
+/// An engine whose KV is split into `groups` (full attention and sliding windows).
+pub fn engine_with_groups(
+    num_blocks: usize,
+    block_size: usize,
+    sched: SchedulerConfig,
+    caching: bool,
+    groups: Vec<KvGroup>,
+) -> EngineCore<FakeExecutor> {
+    let mut exec = FakeExecutor::new(num_blocks, block_size);
+    exec.windows = groups.iter().map(|g| g.sliding_window).collect();
     let cache = CacheConfig {
         block_size,
         num_blocks,
         enable_prefix_caching: caching,
+        groups,
     };
-    EngineCore::new(
-        FakeExecutor::new(num_blocks, block_size),
-        sched,
-        &cache,
-        vec![EOS],
-        VOCAB as usize,
-    )
+    EngineCore::new(exec, sched, &cache, vec![EOS], VOCAB as usize)
 }
 
 pub fn request(id: u64, prompt: Vec<u32>, max_tokens: u32) -> EngineRequest {

@@ -48,7 +48,8 @@ impl ChunkPlan {
 /// Runs one chunk at a time through a model with a private KV arena of one window.
 pub struct Evaluator {
     exec: CpuExecutor,
-    block_table: Vec<u32>,
+    /// One table: the executor's single KV group.
+    block_tables: Vec<Vec<u32>>,
     ctx: usize,
     logprobs: Vec<f32>,
 }
@@ -63,7 +64,7 @@ impl Evaluator {
         let exec = CpuExecutor::new(model, blocks, BLOCK_SIZE)?;
         Ok(Self {
             exec,
-            block_table: (0..blocks as u32).collect(),
+            block_tables: vec![(0..blocks as u32).collect()],
             ctx,
             logprobs: Vec::new(),
         })
@@ -92,7 +93,7 @@ impl Evaluator {
             &[SeqChunk {
                 tokens: &tokens,
                 start: 0,
-                block_table: &self.block_table,
+                block_tables: &self.block_tables,
                 logits: Logits::None,
             }],
             BLOCK_SIZE,

@@ -358,15 +358,17 @@ impl Model {
         }
         let (q, k, v) = (&s.q[..t_out * qd], &s.k[..t * kvd], &s.v[..t * kvd]);
         let layout = *kv.layout();
+        // The layer's KV group decides its block table; its slot, the arena it lives in.
+        let (group, arena) = (kv.plan().group(il), kv.plan().slot(il));
         let attn_batch = AttnBatch {
             query_start_loc: keep.map_or(&batch.query_start_loc, |o| o.query_start_loc()),
             seq_lens: &batch.seq_lens,
-            block_tables: &batch.block_tables,
+            block_tables: batch.group_block_tables(group),
             max_blocks_per_seq: batch.max_blocks_per_seq,
         };
         let window = if swa { c.sliding_window } else { None };
         let attn = ensure(&mut s.attn, t_out * qd);
-        let (nh, scale, slots) = (c.n_heads, c.attn_scale, &batch.slot_mapping);
+        let (nh, scale, slots) = (c.n_heads, c.attn_scale, batch.group_slot_mapping(group));
         // One body for both element types: the generic kernels take the arena's slices as they are.
         fn write_and_attend<T: attention::KvElement>(
             kc: &mut [T],
@@ -385,8 +387,8 @@ impl Model {
         let head = (nh, scale, window);
         match kv.arenas_mut() {
             Arenas::F32 { k: kc, v: vc } => write_and_attend(
-                &mut kc[il],
-                &mut vc[il],
+                &mut kc[arena],
+                &mut vc[arena],
                 &layout,
                 slots,
                 (k, v),
@@ -396,8 +398,8 @@ impl Model {
                 attn,
             ),
             Arenas::F16 { k: kc, v: vc } => write_and_attend(
-                &mut kc[il],
-                &mut vc[il],
+                &mut kc[arena],
+                &mut vc[arena],
                 &layout,
                 slots,
                 (k, v),

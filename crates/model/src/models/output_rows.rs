@@ -119,11 +119,11 @@ mod tests {
     #[test]
     fn prunes_what_the_batch_builder_selects() {
         use crate::{Logits, SeqChunk};
-        let table = [0u32, 1];
+        let table = [vec![0u32, 1]];
         let seq = |tokens: &'static [u32], logits| SeqChunk {
             tokens,
             start: 0,
-            block_table: &table,
+            block_tables: &table,
             logits,
         };
         let mut o = OutputRows::default();

@@ -65,6 +65,7 @@ pub fn logits_in_chunks(
     block_table: &[u32],
 ) -> Vec<f32> {
     let bs = exec.kv_cache.block_size();
+    let tables = [block_table.to_vec()];
     let mut out = Vec::new();
     let (mut start, mut i) = (0, 0);
     while start < tokens.len() {
@@ -73,7 +74,7 @@ pub fn logits_in_chunks(
             &[SeqChunk {
                 tokens: &tokens[start..end],
                 start,
-                block_table,
+                block_tables: &tables,
                 logits: Logits::All,
             }],
             bs,

@@ -1,0 +1,126 @@
+//! Sliding-window freeing with the real Gemma 3 270M (window 512, 3 global and 15 local
+//! layers): after a 4,000-token prompt the global group holds a block per 16 tokens and each
+//! local group at most 512 tokens plus one block; the tokens and log-probabilities are
+//! bit-identical to an engine that keeps every layer's KV; a second request on the same prompt
+//! hits the cache (the local groups only for the last window).
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use pagoda_core::kv::NULL_BLOCK;
+use pagoda_core::{EngineCore, EngineRequest, SamplingParams, SchedulerConfig};
+use pagoda_model::{EngineSetup, ModelRunner, build_engine};
+
+const PROMPT: usize = 4000;
+
+fn setup(freeing: bool) -> EngineSetup {
+    EngineSetup {
+        scheduler: SchedulerConfig {
+            max_num_batched_tokens: 2048,
+            ..Default::default()
+        },
+        kv_cache_memory: Some(128 << 20),
+        max_model_len: Some(4200),
+        sliding_window_freeing: freeing,
+        ..EngineSetup::default()
+    }
+}
+
+struct Run {
+    tokens: Vec<u32>,
+    logprobs: Vec<pagoda_core::PositionLogprobs>,
+    cached: usize,
+}
+
+/// Runs one greedy request to its end; `check` sees the engine after every step.
+fn run(
+    core: &mut EngineCore<ModelRunner>,
+    id: u64,
+    prompt: &[u32],
+    mut check: impl FnMut(&EngineCore<ModelRunner>),
+) -> Run {
+    let params = SamplingParams {
+        max_tokens: 4,
+        temperature: 0.0,
+        logprobs: Some(5),
+        ..Default::default()
+    };
+    core.add_request(EngineRequest {
+        id,
+        prompt_token_ids: prompt.to_vec(),
+        params,
+        priority: 0,
+        tenant: Default::default(),
+        extra_keys: Default::default(),
+    })
+    .unwrap();
+    let mut r = Run {
+        tokens: Vec::new(),
+        logprobs: Vec::new(),
+        cached: 0,
+    };
+    while core.has_work() {
+        for o in core.step() {
+            r.tokens.extend(o.new_token_ids);
+            r.logprobs.extend(o.logprobs);
+            r.cached = o.num_cached_tokens;
+        }
+        check(core);
+        core.scheduler().kv().check_invariants().unwrap();
+    }
+    r
+}
+
+#[test]
+fn local_layers_hold_one_window_and_outputs_do_not_change() {
+    let prompt = common::prompt(PROMPT, 1000, 20000, 7);
+    let (mut on, report) = build_engine(common::load_model(common::GEMMA3), &setup(true)).unwrap();
+    assert_eq!((report.num_groups, report.num_sliding_groups), (6, 5));
+    let mut seen_end_of_prompt = false;
+    let first = run(&mut on, 0, &prompt, |core| {
+        let s = core.scheduler();
+        let Some(&seq) = s.running().first() else {
+            return;
+        };
+        let computed = s.request(seq).unwrap().num_computed_tokens;
+        let tables = s.kv().block_tables(seq);
+        let real = |t: &Vec<u32>| t.iter().filter(|&&b| b != NULL_BLOCK).count();
+        let groups = s.kv().groups();
+        for (g, t) in tables.iter().enumerate() {
+            if groups[g].sliding_window.is_none() {
+                assert_eq!(real(t), computed.div_ceil(16), "global group {g}");
+            } else {
+                assert!(
+                    real(t) * 16 <= 512 + 16,
+                    "local group {g}: {} blocks",
+                    real(t)
+                );
+            }
+        }
+        if computed == PROMPT {
+            // (global blocks for 4,000) + 5 local groups x (512 tokens + one block).
+            seen_end_of_prompt = true;
+            let held = s.kv().num_held_blocks(seq);
+            assert!(held <= 250 + 5 * 33, "{held} blocks after the prompt");
+        }
+    });
+    assert!(seen_end_of_prompt);
+    assert_eq!(first.tokens.len(), 4);
+
+    // The same prompt again: served from the cache but for the last partial block.
+    let again = run(&mut on, 1, &prompt, |_| {});
+    assert_eq!(again.cached, PROMPT / 16 * 16 - 16);
+    assert_eq!(again.tokens, first.tokens);
+    assert_eq!(again.logprobs, first.logprobs);
+    drop(on);
+
+    let (mut off, report) =
+        build_engine(common::load_model(common::GEMMA3), &setup(false)).unwrap();
+    assert_eq!(report.num_groups, 1);
+    let kept = run(&mut off, 0, &prompt, |_| {});
+    assert_eq!(kept.tokens, first.tokens);
+    assert_eq!(
+        kept.logprobs, first.logprobs,
+        "log-probabilities differ bit for bit"
+    );
+}
