@@ -20,6 +20,9 @@ pub struct SchedulerConfig {
     pub max_model_len: usize,
     /// The order in which waiting requests are admitted.
     pub policy: SchedulingPolicy,
+    /// Context shift (`--context-shift --keep N`): a sequence that reaches `max_model_len` keeps
+    /// its first N tokens and its recent half instead of stopping; `None` stops it (`length`).
+    pub context_shift_keep: Option<usize>,
 }
 
 /// How the waiting queue is ordered (running sequences always go first).
@@ -70,6 +73,7 @@ impl Default for SchedulerConfig {
             max_waiting_requests: 1024,
             max_model_len: 8192,
             policy: SchedulingPolicy::Fcfs,
+            context_shift_keep: None,
         }
     }
 }

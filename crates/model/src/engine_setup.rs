@@ -43,6 +43,8 @@ impl Default for EngineSetup {
 /// The KV pool as sized, for the start-up log.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KvReport {
+    pub dtype: KvCacheDtype,
+    /// K and V of one token over all layers, int8 scales included.
     pub bytes_per_token: u64,
     pub num_blocks: usize,
     pub block_size: usize,
@@ -68,8 +70,7 @@ pub fn build_engine_with_draft(
 ) -> Result<(EngineCore<ModelRunner>, KvReport), ModelError> {
     model.set_kv_cache_dtype(setup.kv_cache_dtype);
     let config = model.config().clone();
-    let bytes_per_token =
-        (2 * config.n_layers * config.kv_dim() * config.kv_cache_dtype.bytes()) as u64;
+    let bytes_per_token = config.kv_bytes_per_token() as u64;
     let budget = match setup.kv_cache_memory {
         Some(b) => {
             check_kv_budget(b).map_err(|e| ModelError::InvalidRequest(e.to_string()))?;
@@ -102,6 +103,7 @@ pub fn build_engine_with_draft(
         .validate()
         .map_err(|e| ModelError::InvalidRequest(e.to_string()))?;
     let report = KvReport {
+        dtype: setup.kv_cache_dtype,
         bytes_per_token,
         num_blocks: cache.num_blocks,
         block_size: cache.block_size,
@@ -128,8 +130,8 @@ pub fn build_engine_with_draft(
         );
     }
     tracing::info!(
-        "KV cache ({:?}): {} bytes per token, {} blocks of {} tokens ({:.1} MiB), {} tokens in all; max_model_len {}",
-        setup.kv_cache_dtype,
+        "KV cache ({}): {} bytes per token, {} blocks of {} tokens ({:.1} MiB), capacity {} tokens; max_model_len {}",
+        setup.kv_cache_dtype.name(),
         report.bytes_per_token,
         report.num_blocks,
         report.block_size,

@@ -12,6 +12,7 @@ pub mod engine_setup;
 mod error;
 pub mod executor;
 pub mod kv_cache;
+mod kv_shift;
 pub mod model_runner;
 pub mod models;
 pub mod pack_cache;

@@ -237,6 +237,13 @@ impl Metrics {
             );
             counter(
                 &mut out,
+                "pagoda:num_context_shifts_total",
+                "Sequences that reached max_model_len and went on after a context shift.",
+                &label,
+                s.context_shifts,
+            );
+            counter(
+                &mut out,
                 "pagoda:engine_steps_total",
                 "Engine steps run.",
                 &label,
@@ -289,6 +296,34 @@ fn gauge(out: &mut String, name: &str, help: &str, label: &str, v: f64) {
     let _ = writeln!(
         out,
         "# HELP {name} {help}\n# TYPE {name} gauge\n{name}{{{label}}} {v}"
+    );
+}
+
+/// The KV pool's configuration as an info metric (vLLM's `cache_config_info`: labels carry the
+/// values, the sample is 1) and its capacity in tokens.
+pub fn render_cache_config(out: &mut String, kv: &pagoda_model::KvReport, model_name: &str) {
+    let label = format!(
+        "model_name=\"{}\",kv_cache_dtype=\"{}\",block_size=\"{}\",num_blocks=\"{}\",kv_bytes_per_token=\"{}\"",
+        escape_label(model_name),
+        kv.dtype.name(),
+        kv.block_size,
+        kv.num_blocks,
+        kv.bytes_per_token
+    );
+    gauge(
+        out,
+        "pagoda:cache_config_info",
+        "KV cache configuration (in the labels).",
+        &label,
+        1.0,
+    );
+    let label = format!("model_name=\"{}\"", escape_label(model_name));
+    gauge(
+        out,
+        "pagoda:kv_cache_capacity_tokens",
+        "Tokens the KV pool holds.",
+        &label,
+        kv.max_tokens_in_pool as f64,
     );
 }
 
@@ -378,5 +413,24 @@ mod tests {
         ));
         assert!(text.contains("pagoda:num_requests_running{model_name=\"a\\\"b\"} 2"));
         assert!(text.contains("pagoda:kv_cache_usage_perc{model_name=\"a\\\"b\"} 0.5"));
+    }
+
+    #[test]
+    fn cache_config_names_the_kv_dtype_and_bytes_per_token() {
+        let kv = pagoda_model::KvReport {
+            dtype: pagoda_model::KvCacheDtype::Int8,
+            bytes_per_token: 8640,
+            num_blocks: 100,
+            block_size: 16,
+            budget_bytes: 1 << 24,
+            max_tokens_in_pool: 1600,
+            max_model_len: 1600,
+        };
+        let mut text = String::new();
+        render_cache_config(&mut text, &kv, "m");
+        assert!(text.contains(
+            "pagoda:cache_config_info{model_name=\"m\",kv_cache_dtype=\"int8\",block_size=\"16\",num_blocks=\"100\",kv_bytes_per_token=\"8640\"} 1"
+        ));
+        assert!(text.contains("pagoda:kv_cache_capacity_tokens{model_name=\"m\"} 1600"));
     }
 }

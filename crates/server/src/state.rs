@@ -38,6 +38,8 @@ pub struct Loaded {
     pub structured: Arc<StructuredOutputs>,
     /// The tool-call syntax of this model, `None` when tool calling is turned off.
     pub tool_format: Option<ToolCallFormat>,
+    /// The KV pool as sized at start-up (dtype, bytes per token, blocks), for `/metrics`.
+    pub kv: pagoda_model::KvReport,
 }
 
 struct Inner {
@@ -183,6 +185,7 @@ impl AppState {
             model_path: path.display().to_string(),
             structured: m.structured,
             tool_format,
+            kv: m.report,
         };
         self.0
             .loaded

@@ -37,6 +37,8 @@ pub struct KvCacheManager {
     pub stats: PrefixCacheStats,
 }
 
+mod shift;
+
 impl KvCacheManager {
     pub fn new(num_blocks: usize, block_size: usize, enable_caching: bool) -> Self {
         Self {

@@ -8,15 +8,14 @@ use crate::state::AppState;
 
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     let stats = state.loaded().ok().map(|l| l.engine.stats());
-    let mut text = state
-        .metrics()
-        .render(stats.as_ref(), &state.config().served_model_name);
+    let name = &state.config().served_model_name;
+    let mut text = state.metrics().render(stats.as_ref(), name);
+    if let Ok(l) = state.loaded() {
+        crate::metrics::render_cache_config(&mut text, &l.kv, name);
+    }
     state.tenants().render_metrics(&mut text);
     if let Ok(e) = state.embedder() {
-        text.push_str(&crate::metrics::render_embedder(
-            &e.stats,
-            &state.config().served_model_name,
-        ));
+        text.push_str(&crate::metrics::render_embedder(&e.stats, name));
     }
     (
         [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
