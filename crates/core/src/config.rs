@@ -25,6 +25,9 @@ pub struct SchedulerConfig {
     /// Most distinct LoRA adapters among running sequences (`--max-loras`); a waiting request
     /// of another adapter waits, base-model requests never do. 0: no limit.
     pub max_loras: usize,
+    /// Context shift (`--context-shift --keep N`): a sequence that reaches `max_model_len` keeps
+    /// its first N tokens and its recent half instead of stopping; `None` stops it (`length`).
+    pub context_shift_keep: Option<usize>,
 }
 
 /// How the waiting queue is ordered (running sequences always go first).
@@ -76,6 +79,7 @@ impl Default for SchedulerConfig {
             max_model_len: 8192,
             policy: SchedulingPolicy::Fcfs,
             max_loras: 0,
+            context_shift_keep: None,
         }
     }
 }

@@ -157,6 +157,8 @@ pub struct EngineStats {
     pub prefix_queried_tokens: u64,
     pub prefix_hit_tokens: u64,
     pub preemptions: u64,
+    /// Sequences that reached `max_model_len` and went on after a context shift.
+    pub context_shifts: u64,
     pub steps: u64,
     /// At the last step with the most KV slots allocated: slots allocated and slots holding a
     /// token (the rest is partial-block waste).
@@ -224,6 +226,7 @@ impl<E: ModelExecutor> EngineCore<E> {
         let limits = RequestLimits {
             vocab_size,
             max_model_len: scheduler_config.max_model_len,
+            context_shift: scheduler_config.context_shift_keep.is_some(),
         };
         let admission = Admission::new(scheduler_config.max_waiting_requests);
         Self {
@@ -402,7 +405,7 @@ impl<E: ModelExecutor> EngineCore<E> {
             logprobs: Vec::new(),
             prompt_logprobs: None,
             finish_reason: None,
-            num_prompt_tokens: req.prompt_len,
+            num_prompt_tokens: req.original_prompt_len(),
             num_cached_tokens: req.num_cached_tokens.unwrap_or(0),
             timing: OutputTiming {
                 arrival: req.arrival,
@@ -539,6 +542,7 @@ impl<E: ModelExecutor> EngineCore<E> {
             prefix_queried_tokens: kv.stats.queried_tokens,
             prefix_hit_tokens: kv.stats.hit_tokens,
             preemptions: self.scheduler.counters.preemptions,
+            context_shifts: self.scheduler.counters.context_shifts,
             steps: self.scheduler.counters.steps,
             peak_kv_slots: self.peak_kv.0,
             peak_kv_filled: self.peak_kv.1,

@@ -78,6 +78,17 @@ pub struct Request {
     pub first_scheduled: Option<Instant>,
     /// How often its proposed tokens were accepted (speculative decoding).
     pub acceptance: Acceptance,
+    /// Prompt and generated tokens a context shift took out of `token_ids`, so far.
+    pub shifted_out: Shifted,
+    /// Reached `max_model_len` with context shift on: shifts before its next step.
+    pub needs_shift: bool,
+}
+
+/// Tokens a context shift discarded, by where they came from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Shifted {
+    pub prompt: usize,
+    pub output: usize,
 }
 
 impl Request {
@@ -113,6 +124,8 @@ impl Request {
             num_preemptions: 0,
             first_scheduled: None,
             acceptance: Acceptance::default(),
+            shifted_out: Shifted::default(),
+            needs_shift: false,
         }
     }
 
@@ -125,8 +138,27 @@ impl Request {
         self.token_ids.len()
     }
 
+    /// Tokens generated so far, those a context shift discarded included.
     pub fn num_output_tokens(&self) -> usize {
-        self.token_ids.len() - self.prompt_len
+        self.token_ids.len() - self.prompt_len + self.shifted_out.output
+    }
+
+    /// The prompt's length as it was sent (before any context shift).
+    pub fn original_prompt_len(&self) -> usize {
+        self.prompt_len + self.shifted_out.prompt
+    }
+
+    /// Takes tokens `start..start + n` out of the context (a context shift): later tokens move
+    /// `n` positions down, KV included (`n` of the computed tokens go). Block hashes past
+    /// `start` no longer describe the blocks, and the sequence stops using the prefix cache.
+    pub fn discard(&mut self, start: usize, n: usize, block_size: usize) {
+        let from_prompt = self.prompt_len.saturating_sub(start).min(n);
+        self.token_ids.drain(start..start + n);
+        self.prompt_len -= from_prompt;
+        self.shifted_out.prompt += from_prompt;
+        self.shifted_out.output += n - from_prompt;
+        self.num_computed_tokens = self.num_computed_tokens.saturating_sub(n);
+        self.block_hashes.truncate(start / block_size.max(1));
     }
 
     pub fn output_token_ids(&self) -> &[u32] {
@@ -157,7 +189,9 @@ impl Request {
 
     /// Whether this sequence may take blocks from the prefix cache: prompt logprobs need the
     /// logits of every prompt position, which a cache hit would skip.
+    /// A shifted sequence's later blocks hold re-rotated KV, close to but not the same bits as a
+    /// fresh computation, so they never enter the cache.
     pub fn uses_prefix_cache(&self) -> bool {
-        self.params.prompt_logprobs.is_none()
+        self.params.prompt_logprobs.is_none() && self.shifted_out == Shifted::default()
     }
 }

@@ -13,6 +13,8 @@ pub struct RequestLimits {
     pub vocab_size: usize,
     /// Longest prompt + generation.
     pub max_model_len: usize,
+    /// Context shift is on: generation may run past `max_model_len` (only the prompt must fit).
+    pub context_shift: bool,
 }
 
 /// A request that passed [`RequestLimits::check`]; the engine only debug-asserts it again.
@@ -149,7 +151,7 @@ impl RequestLimits {
         let prompt = req.prompt_token_ids.len();
         let max_tokens = req.params.max_tokens as usize;
         let total = prompt + max_tokens;
-        if prompt >= self.max_model_len || total > self.max_model_len {
+        if prompt >= self.max_model_len || (total > self.max_model_len && !self.context_shift) {
             return Err(ValidationError::TooLong {
                 prompt,
                 max_tokens,
@@ -190,6 +192,7 @@ mod tests {
         let l = RequestLimits {
             vocab_size: 10,
             max_model_len: 8,
+            context_shift: false,
         };
         assert!(l.check(req(vec![1, 2], 6)).is_ok());
         let field = |r| l.check(r).unwrap_err().field();

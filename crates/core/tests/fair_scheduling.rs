@@ -23,7 +23,7 @@ fn core(policy: SchedulingPolicy) -> EngineCore<FakeExecutor> {
         max_waiting_requests: 4096,
         max_model_len: 1024,
         policy,
-        max_loras: 0,
+        ..SchedulerConfig::default()
     };
     engine(1024, 16, config, false)
 }

@@ -1,13 +1,15 @@
 //! Paged attention at the models' head configs: SmolLM2-135M (9 q / 3 kv heads of 64) and
-//! gemma-3-270m (4 q / 1 kv head of 256), over f32 and f16 arenas. Decode batch 1: 1 query over
+//! gemma-3-270m (4 q / 1 kv head of 256), over f32, f16 and int8 arenas. Decode batch 1: 1 query over
 //! 100/400/1000 tokens of context; decode batch 32: 32 requests of one query over ~200 tokens;
 //! prefill: 512 new queries from an empty cache. Block size 16, shuffled block ids.
-//! Env: PAGODA_THREADS (pool size; 1 times thread CPU time), PAGODA_KV (f32 or f16 only).
+//! Env: PAGODA_THREADS (pool size; 1 times thread CPU time), PAGODA_KV (f32, f16 or int8 only).
 
 use criterion::Criterion;
 use criterion::measurement::{Measurement, ValueFormatter, WallTime};
 use half::f16;
-use pagoda_kernels::attention::{AttnBatch, KvElement, KvLayout, paged_attention, write_kv};
+use pagoda_kernels::attention::{
+    AttnBatch, KvElement, KvLayout, KvScales, KvScalesMut, paged_attention, write_kv,
+};
 use pagoda_kernels::parallel;
 use std::hint::black_box;
 use std::time::Duration;
@@ -16,6 +18,9 @@ struct Setup<T> {
     layout: KvLayout,
     k: Vec<T>,
     v: Vec<T>,
+    /// Per-row scales (int8 only).
+    ks: Vec<f32>,
+    vs: Vec<f32>,
     q: Vec<f32>,
     out: Vec<f32>,
     qsl: Vec<u32>,
@@ -50,12 +55,18 @@ fn setup<T: KvElement>(
             .map(|i| (((i + seed) * 2654435761) % 1000) as f32 / 1000.0 - 0.5)
             .collect::<Vec<f32>>()
     };
+    // int8 holds the values times 254 with scales of 1/254: the same values read back.
+    let int_scale = if T::SCALED { 254.0 } else { 1.0 };
     let arena = |seed| {
-        let src = fill(layout.arena_len(), seed);
+        let src: Vec<f32> = fill(layout.arena_len(), seed)
+            .iter()
+            .map(|x| x * int_scale)
+            .collect();
         let mut dst = vec![T::default(); src.len()];
         T::from_f32(&src, &mut dst);
         dst
     };
+    let scales = vec![1.0 / int_scale; if T::SCALED { layout.scales_len() } else { 0 }];
     // Block j of the whole batch lives at (j * step) mod blocks, step coprime with blocks.
     let step = (7..).find(|s| gcd(*s, blocks.max(1)) == 1).unwrap_or(1);
     let mut table = vec![0u32; shapes.len() * max_blocks];
@@ -75,6 +86,8 @@ fn setup<T: KvElement>(
         layout,
         k: arena(1),
         v: arena(2),
+        ks: scales.clone(),
+        vs: scales,
         q: fill(n_tokens * n_heads * hd, 3),
         out: vec![0.0; n_tokens * n_heads * hd],
         qsl,
@@ -100,6 +113,7 @@ fn run<T: KvElement>(s: &mut Setup<T>, n_heads: usize) {
         &s.layout,
         &s.k,
         &s.v,
+        KvScales { k: &s.ks, v: &s.vs },
         &batch,
         black_box(&s.q),
         n_heads,
@@ -141,10 +155,15 @@ fn bench_dtype<T: KvElement, M: Measurement>(c: &mut Criterion<M>, dtype: &str) 
         let rows: Vec<f32> = (0..32 * nkv * hd).map(|i| (i % 97) as f32 * 0.01).collect();
         g.bench_function(format!("{name}/32_tokens"), |b| {
             b.iter(|| {
+                let scales = KvScalesMut {
+                    k: &mut s.ks,
+                    v: &mut s.vs,
+                };
                 write_kv(
                     &s.layout,
                     &mut s.k,
                     &mut s.v,
+                    scales,
                     black_box(&slots),
                     &rows,
                     &rows,
@@ -217,13 +236,17 @@ impl Measurement for ThreadCpuTime {
 }
 
 fn bench_attention<M: Measurement>(mut c: Criterion<M>) {
-    // PAGODA_KV=f32 or f16 runs only that arena type.
+    // PAGODA_KV=f32, f16 or int8 runs only that arena type.
     let only = std::env::var("PAGODA_KV").ok();
-    if only.as_deref() != Some("f16") {
+    let wanted = |name: &str| only.as_deref().is_none_or(|o| o == name);
+    if wanted("f32") {
         bench_dtype::<f32, M>(&mut c, "f32");
     }
-    if only.as_deref() != Some("f32") {
+    if wanted("f16") {
         bench_dtype::<f16, M>(&mut c, "f16");
+    }
+    if wanted("int8") {
+        bench_dtype::<i8, M>(&mut c, "int8");
     }
     c.final_summary();
 }

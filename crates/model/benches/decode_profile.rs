@@ -4,7 +4,8 @@
 //! recording only after every prompt has been prefilled, so the profile holds decode steps alone.
 //!
 //! `cargo bench -p pagoda-model --bench decode_profile -- [BATCH] [MODEL_FILE]` (default 1,
-//! SmolLM2). Prompts are 96 tokens and 64 are generated: the context runs 96..160, ~128 on average.
+//! SmolLM2). Prompts are 96 tokens (`PAGODA_PROMPT_LEN`) and 64 are generated: the context runs
+//! 96..160, ~128 on average. `PAGODA_KV_CACHE_DTYPE` (f16, f32 or int8) picks the KV type.
 //!
 //! Unless profiling, it also sets the weight bytes a step streams (every tensor once; a tied
 //! embedding once, as the LM head) against the machine's plain read bandwidth, read right after
@@ -22,7 +23,6 @@ use pagoda_core::{EngineRequest, SamplingParams, SchedulerConfig};
 use pagoda_kernels::bandwidth::ReadProbe;
 use pagoda_model::{EngineSetup, Model, build_engine};
 
-const PROMPT: usize = 96;
 const GENERATE: u32 = 64;
 
 fn main() {
@@ -38,6 +38,13 @@ fn main() {
         .and_then(|t| t.parse().ok())
         .unwrap_or(2);
     pagoda_kernels::parallel::set_num_threads(threads);
+    let prompt_len: usize = std::env::var("PAGODA_PROMPT_LEN")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(96);
+    let kv_cache_dtype = std::env::var("PAGODA_KV_CACHE_DTYPE")
+        .map_or(Ok(Default::default()), |d| d.parse())
+        .unwrap();
     let dir = std::env::var_os("PAGODA_MODEL_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
@@ -58,7 +65,8 @@ fn main() {
             max_num_seqs: batch,
             ..Default::default()
         },
-        kv_cache_memory: Some(256 << 20),
+        kv_cache_memory: Some(1 << 30),
+        kv_cache_dtype,
         ..EngineSetup::default()
     };
     let mut core = build_engine(model, &setup).unwrap().0;
@@ -66,7 +74,7 @@ fn main() {
 
     for id in 0..batch as u64 {
         let mut x = (id + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        let prompt = (0..PROMPT)
+        let prompt = (0..prompt_len)
             .map(|_| {
                 x ^= x << 13;
                 x ^= x >> 7;
@@ -124,7 +132,8 @@ fn main() {
         f.write_all(b"disable\n").unwrap();
     }
     println!(
-        "{file}, {threads} threads, batch {batch}: load+engine {:.0} ms; {steps} decode steps, {tokens} tokens in {wall:.2} s: {:.2} ms/step, {:.1} tok/s",
+        "{file}, {threads} threads, batch {batch}, KV {}, prompt {prompt_len}: load+engine {:.0} ms; {steps} decode steps, {tokens} tokens in {wall:.2} s: {:.2} ms/step, {:.1} tok/s",
+        kv_cache_dtype.name(),
         load.as_secs_f64() * 1e3,
         wall * 1e3 / steps.max(1) as f64,
         tokens as f64 / wall

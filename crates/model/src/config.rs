@@ -52,6 +52,9 @@ pub enum KvCacheDtype {
     /// models stay within their golden bounds with it.
     #[default]
     F16,
+    /// One byte per value plus one f32 scale per (token, kv head): ~1.9x the tokens of f16 in
+    /// the same memory (docs/benchmarks.md, "KV cache dtype", for its fidelity).
+    Int8,
 }
 
 impl KvCacheDtype {
@@ -60,6 +63,25 @@ impl KvCacheDtype {
         match self {
             Self::F32 => 4,
             Self::F16 => 2,
+            Self::Int8 => 1,
+        }
+    }
+
+    /// Bytes of one (token, kv head) row of `head_dim` values, its scale included.
+    pub fn row_bytes(self, head_dim: usize) -> usize {
+        let scale = match self {
+            Self::Int8 => std::mem::size_of::<f32>(),
+            Self::F32 | Self::F16 => 0,
+        };
+        head_dim * self.bytes() + scale
+    }
+
+    /// The flag's spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::F32 => "f32",
+            Self::F16 => "f16",
+            Self::Int8 => "int8",
         }
     }
 }
@@ -71,8 +93,9 @@ impl std::str::FromStr for KvCacheDtype {
         match s {
             "f32" => Ok(Self::F32),
             "f16" => Ok(Self::F16),
+            "int8" => Ok(Self::Int8),
             other => Err(ModelError::InvalidRequest(format!(
-                "KV cache dtype {other:?} is not f32 or f16"
+                "KV cache dtype {other:?} is not f32, f16 or int8"
             ))),
         }
     }
@@ -257,6 +280,11 @@ impl ModelConfig {
     /// The key/value projection width (n_kv_heads x head_dim).
     pub fn kv_dim(&self) -> usize {
         self.n_kv_heads * self.head_dim
+    }
+
+    /// KV cache bytes one token holds over all layers (K and V, scales included).
+    pub fn kv_bytes_per_token(&self) -> usize {
+        2 * self.n_layers * self.n_kv_heads * self.kv_cache_dtype.row_bytes(self.head_dim)
     }
 }
 

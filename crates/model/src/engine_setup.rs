@@ -49,6 +49,8 @@ impl Default for EngineSetup {
 /// The KV pool as sized, for the start-up log.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KvReport {
+    pub dtype: KvCacheDtype,
+    /// K and V of one token over all layers, int8 scales included.
     pub bytes_per_token: u64,
     pub num_blocks: usize,
     pub block_size: usize,
@@ -56,8 +58,6 @@ pub struct KvReport {
     /// Tokens the whole pool holds (the longest context that fits).
     pub max_tokens_in_pool: usize,
     pub max_model_len: usize,
-    /// What K and V are stored as (vLLM's `cache_dtype` label).
-    pub cache_dtype: &'static str,
     /// KV groups (one block table each per sequence), how many slide, and the layers each
     /// block holds.
     pub num_groups: usize,
@@ -86,8 +86,18 @@ pub fn build_engine_with_draft(
     } else {
         KvGroupPlan::single(config.n_layers)
     };
-    let layer_bytes = (2 * config.kv_dim() * config.kv_cache_dtype.bytes()) as u64;
-    let bytes_per_token = config.n_layers as u64 * layer_bytes;
+    if plan.num_groups() > 1 && setup.scheduler.context_shift_keep.is_some() {
+        // A shift moves blocks of every layer alike; sliding groups hold other blocks (and
+        // none outside their window), so the two are not combined yet.
+        return Err(ModelError::InvalidRequest(
+            "--context-shift is not supported together with sliding-window block freeing: \
+             add --disable-sliding-window-freeing"
+                .to_owned(),
+        ));
+    }
+    // int8 scales included: a layer's share of one token's K and V.
+    let bytes_per_token = config.kv_bytes_per_token() as u64;
+    let layer_bytes = bytes_per_token / config.n_layers.max(1) as u64;
     let budget = match setup.kv_cache_memory {
         Some(b) => {
             check_kv_budget(b).map_err(|e| ModelError::InvalidRequest(e.to_string()))?;
@@ -122,13 +132,13 @@ pub fn build_engine_with_draft(
         .validate()
         .map_err(|e| ModelError::InvalidRequest(e.to_string()))?;
     let report = KvReport {
+        dtype: setup.kv_cache_dtype,
         bytes_per_token,
         num_blocks: cache.num_blocks,
         block_size: cache.block_size,
         budget_bytes: budget,
         max_tokens_in_pool: pool_tokens,
         max_model_len,
-        cache_dtype: "f16",
         num_groups: plan.num_groups(),
         num_sliding_groups: plan
             .groups()
@@ -156,8 +166,8 @@ pub fn build_engine_with_draft(
         );
     }
     tracing::info!(
-        "KV cache ({:?}): {} bytes per token, {} blocks of {} tokens x {} layers ({:.1} MiB); {} groups ({} sliding-window); capacity {} tokens of KV in every layer, one sequence up to {} tokens; max_model_len {}",
-        setup.kv_cache_dtype,
+        "KV cache ({}): {} bytes per token, {} blocks of {} tokens x {} layers ({:.1} MiB); {} groups ({} sliding-window); capacity {} tokens of KV in every layer, one sequence up to {} tokens; max_model_len {}",
+        setup.kv_cache_dtype.name(),
         report.bytes_per_token,
         report.num_blocks,
         report.block_size,

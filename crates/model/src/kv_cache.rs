@@ -1,9 +1,10 @@
 //! The paged KV arena: one K and one V buffer per arena slot, each `num_blocks` blocks of
 //! `block_size` token slots (layout `[block][kv_head][slot][head_dim]`, as the attention kernel
-//! reads it), of f16 or f32 as `ModelConfig::kv_cache_dtype` says. With one KV group a slot is a
-//! layer; with several (`KvGroupPlan`) the layers of different groups share slots and a block
-//! id belongs to one group. The executor owns it, never the model; who gets which block is the
-//! caller's business.
+//! reads it), of f16, f32 or int8 as `ModelConfig::kv_cache_dtype` says; int8 adds one f32 scale
+//! per (block, kv head, slot) for K and for V, `[block][kv_head][slot]`. With one KV group a slot
+//! of the arena is a layer; with several (`KvGroupPlan`) the layers of different groups share
+//! slots and a block id belongs to one group. The executor owns it, never the model; who gets
+//! which block is the caller's business.
 
 use half::f16;
 use pagoda_kernels::attention::KvLayout;
@@ -21,8 +22,21 @@ pub struct KvCache {
 
 /// Per-slot K and V buffers of one element type.
 pub enum Arenas {
-    F32 { k: Vec<Vec<f32>>, v: Vec<Vec<f32>> },
-    F16 { k: Vec<Vec<f16>>, v: Vec<Vec<f16>> },
+    F32 {
+        k: Vec<Vec<f32>>,
+        v: Vec<Vec<f32>>,
+    },
+    F16 {
+        k: Vec<Vec<f16>>,
+        v: Vec<Vec<f16>>,
+    },
+    /// Values and, per slot, the scales of K and V rows.
+    Int8 {
+        k: Vec<Vec<i8>>,
+        v: Vec<Vec<i8>>,
+        k_scales: Vec<Vec<f32>>,
+        v_scales: Vec<Vec<f32>>,
+    },
 }
 
 impl KvCache {
@@ -83,6 +97,16 @@ impl KvCache {
                     v: new().collect(),
                 }
             }
+            KvCacheDtype::Int8 => {
+                let new = || (0..slots).map(|_| vec![0i8; per_layer]);
+                let scales = || (0..slots).map(|_| vec![0.0f32; layout.scales_len()]);
+                Arenas::Int8 {
+                    k: new().collect(),
+                    v: new().collect(),
+                    k_scales: scales().collect(),
+                    v_scales: scales().collect(),
+                }
+            }
         };
         Ok(Self {
             layout,
@@ -95,6 +119,7 @@ impl KvCache {
         match self.arenas {
             Arenas::F32 { .. } => KvCacheDtype::F32,
             Arenas::F16 { .. } => KvCacheDtype::F16,
+            Arenas::Int8 { .. } => KvCacheDtype::Int8,
         }
     }
 
@@ -125,13 +150,23 @@ impl KvCache {
         self.layout.num_blocks * self.layout.block_size
     }
 
-    /// Bytes held by all layers' K and V arenas.
+    /// Bytes held by all layers' K and V arenas (scales included).
     pub fn size_bytes(&self) -> usize {
-        let n: usize = match &self.arenas {
-            Arenas::F32 { k, v } => k.iter().chain(v).map(Vec::len).sum(),
-            Arenas::F16 { k, v } => k.iter().chain(v).map(Vec::len).sum(),
-        };
-        n * self.dtype().bytes()
+        let sum = |n: usize, bytes: usize| n * bytes;
+        match &self.arenas {
+            Arenas::F32 { k, v } => sum(k.iter().chain(v).map(Vec::len).sum(), 4),
+            Arenas::F16 { k, v } => sum(k.iter().chain(v).map(Vec::len).sum(), 2),
+            Arenas::Int8 {
+                k,
+                v,
+                k_scales,
+                v_scales,
+            } => {
+                let values: usize = k.iter().chain(v).map(Vec::len).sum();
+                let scales: usize = k_scales.iter().chain(v_scales).map(Vec::len).sum();
+                values + sum(scales, 4)
+            }
+        }
     }
 }
 

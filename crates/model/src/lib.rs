@@ -14,6 +14,7 @@ pub mod eval;
 pub mod executor;
 pub mod kv_cache;
 pub mod kv_groups;
+mod kv_shift;
 pub mod lora;
 pub mod model_runner;
 pub mod models;

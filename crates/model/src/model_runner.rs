@@ -19,6 +19,7 @@ use pagoda_spec::{ProposeRequest, Proposer};
 
 use crate::batch::{Logits, SeqChunk};
 use crate::draft::DraftProposer;
+use crate::kv_shift;
 use crate::lora::LoraAdapter;
 use crate::sampler::{Sampled, Sampler, prompt_logprobs};
 use crate::{CpuExecutor, ForwardBatch};
@@ -139,6 +140,20 @@ impl ModelRunner {
             let st = self.seqs.get_mut(&s.seq_id).ok_or_else(|| {
                 ExecutorError(format!("sequence {} scheduled but unknown", s.seq_id))
             })?;
+            if let Some(shift) = &s.shift {
+                let (keep, discard) = (shift.keep, shift.discard);
+                if keep + discard > st.tokens.len() {
+                    return Err(ExecutorError(format!(
+                        "sequence {}: context shift of {keep}+{discard} past its {} tokens",
+                        s.seq_id,
+                        st.tokens.len()
+                    )));
+                }
+                st.tokens.drain(keep..keep + discard);
+                st.prompt_len -= st.prompt_len.saturating_sub(keep).min(discard);
+                let (exec, delta) = (&mut self.exec, discard as u32);
+                kv_shift::shift_blocks(&mut exec.kv_cache, &exec.model, &shift.copies, delta);
+            }
             if s.resumed {
                 st.block_tables.clone_from(&s.block_ids);
             } else {

@@ -1,6 +1,7 @@
 //! The engine with the real models: a request's greedy tokens do not depend on what else runs
 //! (31 other requests of different lengths), on prefix caching, on a KV budget so small that
-//! preemption happens again and again, or on the step token budget; a seeded sampled request
+//! preemption happens again and again, or on the step token budget, with f16 and int8 KV; a
+//! seeded sampled request
 //! repeats in a batch; and a request sharing a 1,000-token prefix computes only its suffix.
 #![allow(clippy::unwrap_used)]
 
@@ -9,7 +10,7 @@ mod common;
 use std::collections::HashMap;
 
 use pagoda_core::{EngineCore, EngineRequest, FinishReason, SamplingParams, SchedulerConfig};
-use pagoda_model::{EngineSetup, ModelRunner, build_engine};
+use pagoda_model::{EngineSetup, KvCacheDtype, ModelRunner, build_engine};
 
 /// Deterministic pseudo-random prompts (token ids in a plain range of the vocabulary).
 fn prompts(count: usize, seed: u64) -> Vec<Vec<u32>> {
@@ -90,8 +91,12 @@ fn greedy(n: u32) -> SamplingParams {
     }
 }
 
-fn invariance(file: &str, count: usize, max_tokens: u32) {
+fn invariance(file: &str, count: usize, max_tokens: u32, dtype: KvCacheDtype) {
     let ps = prompts(count, 7);
+    let setup = |seqs, budget, kv, caching| EngineSetup {
+        kv_cache_dtype: dtype,
+        ..setup(seqs, budget, kv, caching)
+    };
     let reqs = |p: SamplingParams| -> Vec<EngineRequest> {
         ps.iter()
             .enumerate()
@@ -122,8 +127,9 @@ fn invariance(file: &str, count: usize, max_tokens: u32) {
     // boundary every 4 tokens and the pool is always short, so preemption never stops.
     let mut s = setup(64, 2048, None, true);
     let bytes_per_block = {
-        let c = common::load_model(file).config().clone();
-        (2 * c.n_layers * c.kv_dim() * s.kv_cache_dtype.bytes() * 4) as u64
+        let mut c = common::load_model(file).config().clone();
+        c.kv_cache_dtype = dtype;
+        (c.kv_bytes_per_token() * 4) as u64
     };
     let blocks = count * 4;
     s.kv_cache_memory = Some(bytes_per_block * blocks as u64);
@@ -147,12 +153,19 @@ fn invariance(file: &str, count: usize, max_tokens: u32) {
 
 #[test]
 fn smollm2_greedy_tokens_do_not_depend_on_the_batch() {
-    invariance(common::SMOLLM2, 32, 16);
+    invariance(common::SMOLLM2, 32, 16, KvCacheDtype::F16);
 }
 
 #[test]
 fn gemma3_greedy_tokens_do_not_depend_on_the_batch() {
-    invariance(common::GEMMA3, 8, 16);
+    invariance(common::GEMMA3, 8, 16, KvCacheDtype::F16);
+}
+
+/// int8 rows are quantized one (token, kv head) at a time, so a row's stored bytes (and so the
+/// tokens) do not depend on the batch either.
+#[test]
+fn smollm2_greedy_tokens_do_not_depend_on_the_batch_with_int8_kv() {
+    invariance(common::SMOLLM2, 16, 16, KvCacheDtype::Int8);
 }
 
 #[test]

@@ -521,7 +521,7 @@ fn constrained_requests_survive_preemption() {
     // recomputed over and over; each keeps its grammar state and its random stream.
     let c = common::load_model(fx.file).config().clone();
     let mut setup = fx.setup();
-    let bytes_per_block = (2 * c.n_layers * c.kv_dim() * setup.kv_cache_dtype.bytes() * 4) as u64;
+    let bytes_per_block = (c.kv_bytes_per_token() * 4) as u64;
     let prompt_blocks = reqs[0].0.len().div_ceil(4);
     let blocks = 3 * (prompt_blocks + 8);
     setup.block_size = 4;

@@ -238,6 +238,13 @@ impl Metrics {
             );
             counter(
                 &mut out,
+                "pagoda:num_context_shifts_total",
+                "Sequences that reached max_model_len and went on after a context shift.",
+                &label,
+                s.context_shifts,
+            );
+            counter(
+                &mut out,
                 "pagoda:engine_steps_total",
                 "Engine steps run.",
                 &label,
@@ -314,6 +321,44 @@ fn gauge(out: &mut String, name: &str, help: &str, label: &str, v: f64) {
     let _ = writeln!(
         out,
         "# HELP {name} {help}\n# TYPE {name} gauge\n{name}{{{label}}} {v}"
+    );
+}
+
+/// The KV pool's configuration as an info metric (vLLM's `cache_config_info`: labels carry the
+/// values, the sample is 1) and its capacity in tokens.
+pub fn render_cache_config(
+    out: &mut String,
+    kv: &pagoda_model::KvReport,
+    prefix_caching: bool,
+    model_name: &str,
+) {
+    // vLLM's label names (`cache_dtype`, `num_gpu_blocks`): the Inference Extension's endpoint
+    // picker and llm-d read `block_size` and `num_gpu_blocks` from `vllm:cache_config_info`.
+    let label = format!(
+        "model_name=\"{}\",block_size=\"{}\",cache_dtype=\"{}\",enable_prefix_caching=\"{}\",\
+         num_gpu_blocks=\"{}\",num_cpu_blocks=\"0\",kv_bytes_per_token=\"{}\",max_model_len=\"{}\"",
+        escape_label(model_name),
+        kv.block_size,
+        kv.dtype.name(),
+        prefix_caching,
+        kv.num_blocks,
+        kv.bytes_per_token,
+        kv.max_model_len,
+    );
+    gauge(
+        out,
+        "pagoda:cache_config_info",
+        "KV cache configuration (in the labels).",
+        &label,
+        1.0,
+    );
+    let label = format!("model_name=\"{}\"", escape_label(model_name));
+    gauge(
+        out,
+        "pagoda:kv_cache_capacity_tokens",
+        "Tokens the KV pool holds.",
+        &label,
+        kv.max_tokens_in_pool as f64,
     );
 }
 
@@ -416,5 +461,29 @@ mod tests {
         assert!(text.contains(
             "pagoda:kv_cache_group_blocks{model_name=\"a\\\"b\",group=\"1\",attention=\"sliding_512\"} 7"
         ));
+    }
+
+    #[test]
+    fn cache_config_names_the_kv_dtype_and_bytes_per_token() {
+        let kv = pagoda_model::KvReport {
+            dtype: pagoda_model::KvCacheDtype::Int8,
+            bytes_per_token: 8640,
+            num_blocks: 100,
+            block_size: 16,
+            budget_bytes: 1 << 24,
+            max_tokens_in_pool: 1600,
+            max_model_len: 1600,
+            num_groups: 1,
+            num_sliding_groups: 0,
+            layers_per_block: 30,
+        };
+        let mut text = String::new();
+        render_cache_config(&mut text, &kv, true, "m");
+        assert!(text.contains(
+            "pagoda:cache_config_info{model_name=\"m\",block_size=\"16\",cache_dtype=\"int8\",\
+             enable_prefix_caching=\"true\",num_gpu_blocks=\"100\",num_cpu_blocks=\"0\",\
+             kv_bytes_per_token=\"8640\",max_model_len=\"1600\"} 1"
+        ));
+        assert!(text.contains("pagoda:kv_cache_capacity_tokens{model_name=\"m\"} 1600"));
     }
 }

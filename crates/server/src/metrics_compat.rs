@@ -7,8 +7,6 @@
 use std::fmt::Write;
 use std::str::FromStr;
 
-use pagoda_model::KvReport;
-
 /// Which extra metric names `/metrics` exports.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum MetricsCompat {
@@ -132,19 +130,6 @@ fn regroup(text: &str) -> String {
         groups[slot].1.push('\n');
     }
     groups.into_iter().map(|(_, lines)| lines).collect()
-}
-
-/// `pagoda:cache_config_info`: the KV cache's configuration as labels (value 1), as vLLM's
-/// `cache_config_info`; llm-d reads `block_size` from it to recompute block hashes.
-pub fn render_cache_config(out: &mut String, label: &str, kv: &KvReport, prefix_caching: bool) {
-    let name = "pagoda:cache_config_info";
-    let _ = writeln!(
-        out,
-        "# HELP {name} Information of the KV cache configuration.\n# TYPE {name} gauge\n\
-         {name}{{{label},block_size=\"{}\",cache_dtype=\"{}\",enable_prefix_caching=\"{}\",\
-         num_gpu_blocks=\"{}\",num_cpu_blocks=\"0\",max_model_len=\"{}\"}} 1",
-        kv.block_size, kv.cache_dtype, prefix_caching, kv.num_blocks, kv.max_model_len,
-    );
 }
 
 #[cfg(test)]

@@ -60,6 +60,8 @@ pub struct KvCacheManager {
     pub stats: PrefixCacheStats,
 }
 
+mod shift;
+
 impl KvCacheManager {
     /// One full-attention group.
     pub fn new(num_blocks: usize, block_size: usize, enable_caching: bool) -> Self {

@@ -1,10 +1,11 @@
 //! Scheduling: which sequences compute how many tokens each step, and what happens after.
 
+mod context_shift;
 pub mod fair;
 pub mod output;
 pub mod queue;
 pub mod scheduler;
 pub mod stop;
 
-pub use output::{NewSeqData, ScheduledSeq, SchedulerOutput};
+pub use output::{ContextShift, NewSeqData, ScheduledSeq, SchedulerOutput};
 pub use scheduler::{Scheduler, SchedulerCounters, SeqResult, SeqUpdate};

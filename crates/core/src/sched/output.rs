@@ -15,6 +15,17 @@ pub struct NewSeqData {
     pub seed: u64,
 }
 
+/// A context shift the executor applies to a sequence before the step's forward pass.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ContextShift {
+    /// Tokens `keep..keep + discard` left the context; later ones are `discard` positions lower.
+    pub keep: usize,
+    pub discard: usize,
+    /// Blocks whose KV moves, `(from, to)`, keys re-rotated by `-discard` positions. Empty when
+    /// the sequence is recomputed instead (preempted, or the pool had no blocks to copy into).
+    pub copies: Vec<(BlockId, BlockId)>,
+}
+
 /// One sequence's share of a step.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ScheduledSeq {
@@ -39,6 +50,9 @@ pub struct ScheduledSeq {
     /// Slots for tokens the executor proposes after the known ones and verifies in the same
     /// pass (at most this many; 0 without speculation).
     pub num_spec_tokens: usize,
+    /// A context shift since the sequence last ran, applied before `block_ids` (which then
+    /// hold its whole table, `table_offset` 0).
+    pub shift: Option<ContextShift>,
 }
 
 /// One step's work.

@@ -5,11 +5,13 @@
 //! are freed and it is recomputed later from the front of the queue. With speculation on,
 //! what budget is left goes last to decoding sequences as slots for proposed tokens, never at
 //! the cost of a preemption; rejected ones give their slots back when the step's result lands.
+//! With context shift on, a sequence that fills `max_model_len` drops the middle of its context
+//! (`context_shift.rs`) and goes on.
 
 use std::collections::HashMap;
 use std::time::Instant;
 
-use super::output::{NewSeqData, ScheduledSeq, SchedulerOutput};
+use super::output::{ContextShift, NewSeqData, ScheduledSeq, SchedulerOutput};
 use super::queue::{QueueKey, WaitingQueue};
 use super::stop::check_stop;
 use crate::config::SchedulerConfig;
@@ -44,6 +46,8 @@ pub struct SeqUpdate {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SchedulerCounters {
     pub preemptions: u64,
+    /// Context shifts made (sequences that reached `max_model_len` and went on).
+    pub context_shifts: u64,
     pub prompt_tokens_computed: u64,
     pub steps: u64,
 }
@@ -52,9 +56,9 @@ pub struct SchedulerCounters {
 #[derive(Debug)]
 pub struct Scheduler {
     config: SchedulerConfig,
-    kv: KvCacheManager,
+    pub(super) kv: KvCacheManager,
     eog_ids: Vec<u32>,
-    requests: HashMap<SeqId, Request>,
+    pub(super) requests: HashMap<SeqId, Request>,
     waiting: WaitingQueue,
     /// In admission order.
     running: Vec<SeqId>,
@@ -62,6 +66,8 @@ pub struct Scheduler {
     known_to_executor: std::collections::HashSet<SeqId>,
     finished_since_last_step: Vec<SeqId>,
     spec: Option<SpecController>,
+    /// Shifts made since each sequence's last step, for its next `ScheduledSeq`.
+    pub(super) pending_shifts: HashMap<SeqId, ContextShift>,
     pub counters: SchedulerCounters,
 }
 
@@ -78,6 +84,7 @@ impl Scheduler {
             known_to_executor: Default::default(),
             finished_since_last_step: Vec::new(),
             spec: None,
+            pending_shifts: HashMap::new(),
             counters: SchedulerCounters::default(),
         }
     }
@@ -167,6 +174,7 @@ impl Scheduler {
             RequestStatus::Finished(_) => {}
         }
         self.kv.free(seq);
+        self.pending_shifts.remove(&seq);
         req.status = RequestStatus::Finished(reason);
         if self.known_to_executor.remove(&seq) {
             self.finished_since_last_step.push(seq);
@@ -187,6 +195,10 @@ impl Scheduler {
         let mut i = 0;
         while i < self.running.len() && budget > 0 {
             let seq = self.running[i];
+            if self.requests[&seq].needs_shift && !self.shift(seq) {
+                out.preempted_seq_ids.push(seq);
+                continue; // recomputed after its shift; index i now holds the next one
+            }
             let n = self.num_new_tokens(seq, 0, budget);
             if n == 0 {
                 i += 1;
@@ -411,8 +423,9 @@ impl Scheduler {
                 &*r
             })
             .expect("scheduled sequences exist"); // invariant: callers looked it up
-        // A resumed sequence's table restarts from scratch: send it whole.
-        let block_ids = if resumed || first_time {
+        // A resumed or shifted sequence's table restarts from scratch: send it whole.
+        let shift = self.pending_shifts.remove(&seq);
+        let block_ids = if resumed || first_time || shift.is_some() {
             self.kv.block_tables(seq).to_vec()
         } else {
             block_ids
@@ -431,12 +444,16 @@ impl Scheduler {
             num_computed_tokens: req.num_computed_tokens,
             num_scheduled_tokens: n,
             num_spec_tokens: 0,
+            shift,
         }
     }
 
-    fn preempt(&mut self, seq: SeqId) {
+    pub(super) fn preempt(&mut self, seq: SeqId) {
         self.running.retain(|&s| s != seq);
         self.kv.free(seq);
+        if let Some(s) = self.pending_shifts.get_mut(&seq) {
+            s.copies.clear(); // its KV is gone: recomputed at the shifted positions
+        }
         if let Some(r) = self.requests.get_mut(&seq) {
             r.num_computed_tokens = 0;
             r.num_preemptions += 1;
@@ -487,6 +504,15 @@ impl Scheduler {
                 req.append_token(t, block_size);
                 new_tokens.push(t);
                 finish = check_stop(req, &self.eog_ids, self.config.max_model_len);
+                if finish == Some(FinishReason::Length)
+                    && let Some(keep) = self.config.context_shift_keep
+                    && req.num_output_tokens() < req.params.max_tokens as usize
+                    && super::context_shift::plan(req, keep, block_size).is_some()
+                {
+                    req.needs_shift = true;
+                    finish = None;
+                    break;
+                }
                 if finish.is_some() {
                     break;
                 }
@@ -509,7 +535,7 @@ impl Scheduler {
                 seq_id: s.seq_id,
                 new_tokens,
                 finish: finish.clone(),
-                prompt_len: req.prompt_len,
+                prompt_len: req.original_prompt_len(),
                 num_output_tokens: req.num_output_tokens(),
                 num_cached_tokens: req.num_cached_tokens.unwrap_or(0),
                 arrival: req.arrival,

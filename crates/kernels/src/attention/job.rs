@@ -4,7 +4,7 @@
 
 use std::cell::RefCell;
 
-use super::{AttnBatch, KEY_TILE, KvElement, KvLayout, PART_TILES};
+use super::{AttnBatch, KEY_TILE, KvElement, KvLayout, KvScales, PART_TILES};
 use crate::parallel::SharedMut;
 
 #[cfg(target_arch = "x86_64")]
@@ -17,6 +17,8 @@ pub(super) struct Job<'a, T> {
     pub(super) layout: KvLayout,
     pub(super) k_cache: &'a [T],
     pub(super) v_cache: &'a [T],
+    /// Per-row scales when `T` is scaled (int8), else empty.
+    pub(super) scales: KvScales<'a>,
     pub(super) batch: &'a AttnBatch<'a>,
     pub(super) q: &'a [f32],
     pub(super) n_heads: usize,
@@ -25,8 +27,8 @@ pub(super) struct Job<'a, T> {
     pub(super) scale: f32,
     pub(super) window: Option<usize>,
     pub(super) avx2: bool,
-    /// f16 tiles are widened with F16C.
-    pub(super) f16c: bool,
+    /// Tiles are widened with the element type's SIMD conversion (F16C, AVX2 for int8).
+    pub(super) simd_widen: bool,
     /// Tasks per item when items are split: task `k` of an item walks its `k`-th part (parts
     /// past the item's last do nothing).
     pub(super) tasks_per_item: usize,
@@ -153,6 +155,20 @@ impl<T: KvElement> Job<'_, T> {
     /// First key query position `p` sees.
     fn window_start(&self, p: usize) -> usize {
         self.window.map_or(0, |w| (p + 1).saturating_sub(w))
+    }
+
+    /// Widens the `dst.len() / head_dim` K and V rows starting at element `at` into f32.
+    fn widen_at(&self, at: usize, k_dst: &mut [f32], v_dst: &mut [f32]) {
+        let n = k_dst.len();
+        let (k, v) = (&self.k_cache[at..at + n], &self.v_cache[at..at + n]);
+        let (ks, vs) = if T::SCALED {
+            let (r, rows) = (at / self.layout.head_dim, n / self.layout.head_dim);
+            (&self.scales.k[r..r + rows], &self.scales.v[r..r + rows])
+        } else {
+            (&[][..], &[][..])
+        };
+        T::widen_rows(k, ks, k_dst, self.simd_widen);
+        T::widen_rows(v, vs, v_dst, self.simd_widen);
     }
 
     /// Runs work item `item` whole: its parts in order, combined, then written to `out`.
@@ -304,24 +320,14 @@ impl<T: KvElement> Job<'_, T> {
                     // Within one block of f32: read the arena in place.
                     Some(kv) => kv,
                     None => {
-                        T::widen(k, &mut k_tile[..n], self.f16c);
-                        T::widen(v, &mut v_tile[..n], self.f16c);
+                        self.widen_at(base, &mut k_tile[..n], &mut v_tile[..n]);
                         (&k_tile[..n], &v_tile[..n])
                     }
                 }
             } else {
                 for (i, pos) in (t_lo..t_hi).enumerate() {
                     let at = ((table[pos / bs] as usize * nkv + span.g) * bs + pos % bs) * hd;
-                    T::widen(
-                        &self.k_cache[at..at + hd],
-                        &mut k_tile[i * hd..][..hd],
-                        self.f16c,
-                    );
-                    T::widen(
-                        &self.v_cache[at..at + hd],
-                        &mut v_tile[i * hd..][..hd],
-                        self.f16c,
-                    );
+                    self.widen_at(at, &mut k_tile[i * hd..][..hd], &mut v_tile[i * hd..][..hd]);
                 }
                 (&k_tile[..n], &v_tile[..n])
             };

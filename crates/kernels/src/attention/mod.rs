@@ -1,11 +1,14 @@
 //! Paged attention over one layer's KV arena, for a batch mixing prefill chunks and decodes.
 //!
-//! Arena layout, one for K and one for V, of f32 or f16 elements ([`KvElement`]; f16 halves the
-//! bytes attention reads and is llama.cpp's default KV type):
+//! Arena layout, one for K and one for V, of f32, f16 or int8 elements ([`KvElement`]; f16 halves
+//! the bytes attention reads and is llama.cpp's default KV type; int8 halves them again):
 //! ```text
 //! [num_blocks][num_kv_heads][block_size][head_dim]
 //!  block b = block_tables[s][pos / block_size], slot offset = pos % block_size
 //! ```
+//! int8 arenas carry one f32 scale per (block, kv head, slot) in [`KvScales`], laid out
+//! `[num_blocks][num_kv_heads][block_size]`: the scale of the row at element index `i` is
+//! `scales[i / head_dim]`, so a block's values and scales are both a function of its id.
 //! Query `i` of request `s` sits at `p = seq_len - q_len + i` and sees keys `p' <= p` (and with a
 //! sliding window `W`, only `p - p' < W`: llama.cpp's gemma3 SWA mask).
 //!
@@ -14,7 +17,7 @@
 //! needed keys once, in tiles of `KEY_TILE` positions: each tile of its kv head is read once for
 //! every query head that shares it (GQA) and every query of the chunk. Tiles are aligned to
 //! positions, not to blocks, so the float operations (and the result, bit for bit) do not depend
-//! on the block size; a tile that straddles blocks (or any f16 tile) is gathered into f32 first,
+//! on the block size; a tile that straddles blocks (or any f16/int8 tile) is gathered into f32 first,
 //! once per item, so the inner loops are the same for both element types. Blocks wholly outside the
 //! causal/window range are never touched.
 //!
@@ -34,7 +37,9 @@ use crate::cpu::{SimdLevel, simd_level};
 use crate::ops::use_avx2;
 use crate::parallel::{self, SharedMut};
 
+mod int8;
 mod job;
+pub use int8::{dequantize_rows, quantize_row};
 use job::Job;
 
 /// State rows (queries x heads of a group) per work item: enough rows to reuse each K/V block
@@ -54,6 +59,8 @@ const PART_TILES: usize = 8;
 
 /// Element type of a KV arena.
 pub trait KvElement: Copy + Default + Send + Sync + 'static {
+    /// Whether each (token, kv head) row is stored with a scale ([`KvScales`]).
+    const SCALED: bool = false;
     /// The slice as f32 when it already is (read in place, no conversion).
     fn as_f32(s: &[Self]) -> Option<&[f32]>;
     /// `dst[i] = src[i]` widened to f32.
@@ -72,6 +79,58 @@ pub trait KvElement: Copy + Default + Send + Sync + 'static {
         let _ = f16c;
         Self::from_f32(src, dst);
     }
+    /// Whether this type's SIMD conversions ([`KvElement::widen_rows`], [`KvElement::narrow_row`])
+    /// may run at `level`.
+    fn simd(level: SimdLevel) -> bool {
+        use_f16c(level)
+    }
+    /// Whole rows widened: `scales` has one entry per row for a scaled type (row `r` of
+    /// `src.len() / scales.len()` values is multiplied by `scales[r]`) and is empty otherwise.
+    fn widen_rows(src: &[Self], scales: &[f32], dst: &mut [f32], simd: bool) {
+        let _ = scales;
+        Self::widen(src, dst, simd);
+    }
+    /// One row stored; returns the row's scale (1 for an unscaled type, which stores none).
+    fn narrow_row(src: &[f32], dst: &mut [Self], simd: bool) -> f32 {
+        Self::narrow(src, dst, simd);
+        1.0
+    }
+}
+
+/// Per-row scales of a scaled arena's K and V (`[num_blocks][num_kv_heads][block_size]`);
+/// empty for f32 and f16.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct KvScales<'a> {
+    pub k: &'a [f32],
+    pub v: &'a [f32],
+}
+
+impl KvScales<'_> {
+    /// No scales: the arena's type is unscaled.
+    pub const NONE: KvScales<'static> = KvScales { k: &[], v: &[] };
+}
+
+/// The scales as [`write_kv`] fills them.
+#[derive(Debug, Default)]
+pub struct KvScalesMut<'a> {
+    pub k: &'a mut [f32],
+    pub v: &'a mut [f32],
+}
+
+impl KvScalesMut<'_> {
+    /// No scales: the arena's type is unscaled.
+    pub fn none() -> KvScalesMut<'static> {
+        KvScalesMut {
+            k: &mut [],
+            v: &mut [],
+        }
+    }
+}
+
+/// Checks `scales` against `T` and `layout`: empty for unscaled types, one per row otherwise.
+fn scales_fit<T: KvElement>(layout: &KvLayout, k: usize, v: usize) -> bool {
+    let want = if T::SCALED { layout.scales_len() } else { 0 };
+    k == want && v == want
 }
 
 impl KvElement for f32 {
@@ -162,6 +221,11 @@ impl KvLayout {
     pub fn arena_len(&self) -> usize {
         self.num_blocks * self.num_kv_heads * self.block_size * self.head_dim
     }
+
+    /// Scales of one scaled arena (K or V): one per (block, kv head, slot).
+    pub fn scales_len(&self) -> usize {
+        self.num_blocks * self.num_kv_heads * self.block_size
+    }
 }
 
 /// The requests of one step, in vLLM's flattened form.
@@ -178,21 +242,26 @@ pub struct AttnBatch<'a> {
 }
 
 /// Writes token `t`'s k and v (`[T][num_kv_heads * head_dim]`) to slot `slot_mapping[t]`
-/// (`= block * block_size + offset`).
+/// (`= block * block_size + offset`), and for a scaled type each row's scale to `scales`.
 pub fn write_kv<T: KvElement>(
     layout: &KvLayout,
     k_cache: &mut [T],
     v_cache: &mut [T],
+    scales: KvScalesMut<'_>,
     slot_mapping: &[u32],
     k: &[f32],
     v: &[f32],
 ) {
     let (bs, nkv, hd) = (layout.block_size, layout.num_kv_heads, layout.head_dim);
     let row = nkv * hd;
-    let f16c = use_f16c(simd_level());
+    let simd = T::simd(simd_level());
     assert!(
         k_cache.len() == layout.arena_len() && v_cache.len() == layout.arena_len(),
         "write_kv: arena size"
+    );
+    assert!(
+        scales_fit::<T>(layout, scales.k.len(), scales.v.len()),
+        "write_kv: scales size"
     );
     assert!(
         k.len() == slot_mapping.len() * row && v.len() == k.len(),
@@ -209,17 +278,22 @@ pub fn write_kv<T: KvElement>(
             "write_kv: slot {slot} past the arena"
         );
         for h in 0..nkv {
-            let dst = ((block * nkv + h) * bs + offset) * hd;
-            T::narrow(
+            let at = (block * nkv + h) * bs + offset;
+            let dst = at * hd;
+            let ks = T::narrow_row(
                 &k_tok[h * hd..(h + 1) * hd],
                 &mut k_cache[dst..dst + hd],
-                f16c,
+                simd,
             );
-            T::narrow(
+            let vs = T::narrow_row(
                 &v_tok[h * hd..(h + 1) * hd],
                 &mut v_cache[dst..dst + hd],
-                f16c,
+                simd,
             );
+            if T::SCALED {
+                scales.k[at] = ks;
+                scales.v[at] = vs;
+            }
         }
     }
 }
@@ -231,6 +305,7 @@ pub fn paged_attention<T: KvElement>(
     layout: &KvLayout,
     k_cache: &[T],
     v_cache: &[T],
+    scales: KvScales<'_>,
     batch: &AttnBatch,
     q: &[f32],
     n_heads: usize,
@@ -243,6 +318,7 @@ pub fn paged_attention<T: KvElement>(
         layout,
         k_cache,
         v_cache,
+        scales,
         batch,
         q,
         n_heads,
@@ -259,6 +335,7 @@ pub fn paged_attention_with<T: KvElement>(
     layout: &KvLayout,
     k_cache: &[T],
     v_cache: &[T],
+    scales: KvScales<'_>,
     batch: &AttnBatch,
     q: &[f32],
     n_heads: usize,
@@ -275,6 +352,10 @@ pub fn paged_attention_with<T: KvElement>(
     assert!(
         k_cache.len() == layout.arena_len() && v_cache.len() == layout.arena_len(),
         "paged_attention: arena size"
+    );
+    assert!(
+        scales_fit::<T>(layout, scales.k.len(), scales.v.len()),
+        "paged_attention: scales size"
     );
     assert_eq!(
         batch.query_start_loc.len(),
@@ -330,6 +411,7 @@ pub fn paged_attention_with<T: KvElement>(
         layout: *layout,
         k_cache,
         v_cache,
+        scales,
         batch,
         q,
         n_heads,
@@ -338,7 +420,7 @@ pub fn paged_attention_with<T: KvElement>(
         scale,
         window: sliding_window.map(|w| w as usize),
         avx2: use_avx2(level) && hd.is_multiple_of(8),
-        f16c: use_f16c(level),
+        simd_widen: T::simd(level),
         tasks_per_item,
         part_stride,
         out: SharedMut::new(out),

@@ -10,7 +10,7 @@ mod rows;
 use std::sync::Arc;
 
 use pagoda_gguf::GgufFile;
-use pagoda_kernels::attention::{self, AttnBatch};
+use pagoda_kernels::attention::{self, AttnBatch, KvScales, KvScalesMut};
 use pagoda_kernels::matmul::MatmulScratch;
 use pagoda_kernels::ops::{self, Rope};
 use pagoda_kernels::parallel;
@@ -215,6 +215,16 @@ impl Model {
     }
 
     /// Chooses what KV caches built for this model store (before the executor is built).
+    /// The RoPE layer `il` rotates its keys with (Gemma 3's sliding-window layers have their
+    /// own base).
+    pub(crate) fn layer_rope(&self, il: usize) -> &Rope {
+        if self.config.is_swa_layer(il) {
+            &self.rope_swa
+        } else {
+            &self.rope
+        }
+    }
+
     pub fn set_kv_cache_dtype(&mut self, dtype: KvCacheDtype) {
         self.config.kv_cache_dtype = dtype;
     }
@@ -328,11 +338,8 @@ impl Model {
         s.lora.add(il, LoraTarget::K, h, &mut s.k[..t * kvd], t);
         s.lora.add(il, LoraTarget::V, h, &mut s.v[..t * kvd], t);
         let swa = c.is_swa_layer(il);
-        let (rope, angles) = if swa {
-            (&self.rope_swa, &s.rope_angles[1])
-        } else {
-            (&self.rope, &s.rope_angles[0])
-        };
+        let rope = self.layer_rope(il);
+        let angles = &s.rope_angles[usize::from(swa)];
         let pairs = rope.pairs();
         let (q, k) = (&mut s.q[..t * qd], &mut s.k[..t * kvd]);
         // One pass per run of rows: the per-head norms, RoPE.
@@ -369,10 +376,12 @@ impl Model {
         let window = if swa { c.sliding_window } else { None };
         let attn = ensure(&mut s.attn, t_out * qd);
         let (nh, scale, slots) = (c.n_heads, c.attn_scale, batch.group_slot_mapping(group));
-        // One body for both element types: the generic kernels take the arena's slices as they are.
+        // One body for every element type: the generic kernels take the arena's slices as they are.
+        #[allow(clippy::too_many_arguments)]
         fn write_and_attend<T: attention::KvElement>(
             kc: &mut [T],
             vc: &mut [T],
+            (ks, vs): (&mut [f32], &mut [f32]),
             layout: &attention::KvLayout,
             slots: &[u32],
             (k, v): (&[f32], &[f32]),
@@ -381,14 +390,20 @@ impl Model {
             (nh, scale, window): (usize, f32, Option<u32>),
             attn: &mut [f32],
         ) {
-            attention::write_kv(layout, kc, vc, slots, k, v);
-            attention::paged_attention(layout, kc, vc, attn_batch, q, nh, scale, window, attn);
+            let scales = KvScalesMut { k: ks, v: vs };
+            attention::write_kv(layout, kc, vc, scales, slots, k, v);
+            let scales = KvScales { k: ks, v: vs };
+            attention::paged_attention(
+                layout, kc, vc, scales, attn_batch, q, nh, scale, window, attn,
+            );
         }
         let head = (nh, scale, window);
+        let none = || (&mut [][..], &mut [][..]);
         match kv.arenas_mut() {
             Arenas::F32 { k: kc, v: vc } => write_and_attend(
                 &mut kc[arena],
                 &mut vc[arena],
+                none(),
                 &layout,
                 slots,
                 (k, v),
@@ -400,6 +415,24 @@ impl Model {
             Arenas::F16 { k: kc, v: vc } => write_and_attend(
                 &mut kc[arena],
                 &mut vc[arena],
+                none(),
+                &layout,
+                slots,
+                (k, v),
+                &attn_batch,
+                q,
+                head,
+                attn,
+            ),
+            Arenas::Int8 {
+                k: kc,
+                v: vc,
+                k_scales,
+                v_scales,
+            } => write_and_attend(
+                &mut kc[arena],
+                &mut vc[arena],
+                (&mut k_scales[arena], &mut v_scales[arena]),
                 &layout,
                 slots,
                 (k, v),

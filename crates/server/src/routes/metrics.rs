@@ -13,15 +13,11 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     let name = &state.config().served_model_name;
     let mut text = state.metrics().render(stats.as_ref(), name);
     if let Some(l) = loaded {
-        let label = crate::metrics::model_label(name);
-        metrics_compat::render_cache_config(&mut text, &label, &l.kv, l.prefix_caching);
+        crate::metrics::render_cache_config(&mut text, &l.kv, l.prefix_caching, name);
     }
     state.tenants().render_metrics(&mut text);
     if let Ok(e) = state.embedder() {
-        text.push_str(&crate::metrics::render_embedder(
-            &e.stats,
-            &state.config().served_model_name,
-        ));
+        text.push_str(&crate::metrics::render_embedder(&e.stats, name));
     }
     if state.config().metrics_compat == MetricsCompat::Vllm {
         let copies = metrics_compat::mirror_vllm(&text);
