@@ -81,20 +81,6 @@ pub fn build_engine_with_draft(
 ) -> Result<(EngineCore<ModelRunner>, KvReport), ModelError> {
     model.set_kv_cache_dtype(setup.kv_cache_dtype);
     let config = model.config().clone();
-    let plan = if setup.sliding_window_freeing {
-        KvGroupPlan::by_attention(&config)
-    } else {
-        KvGroupPlan::single(config.n_layers)
-    };
-    if plan.num_groups() > 1 && setup.scheduler.context_shift_keep.is_some() {
-        // A shift moves blocks of every layer alike; sliding groups hold other blocks (and
-        // none outside their window), so the two are not combined yet.
-        return Err(ModelError::InvalidRequest(
-            "--context-shift is not supported together with sliding-window block freeing: \
-             add --disable-sliding-window-freeing"
-                .to_owned(),
-        ));
-    }
     // int8 scales included: a layer's share of one token's K and V.
     let bytes_per_token = config.kv_bytes_per_token() as u64;
     let layer_bytes = bytes_per_token / config.n_layers.max(1) as u64;
@@ -105,16 +91,6 @@ pub fn build_engine_with_draft(
         }
         None => default_kv_budget(),
     };
-    // A block holds one group's layers: with sliding groups, more and smaller blocks.
-    let mut cache = CacheConfig::from_budget(
-        budget,
-        plan.layers_per_group() as u64 * layer_bytes,
-        setup.block_size,
-        setup.enable_prefix_caching,
-    )
-    .map_err(|e| ModelError::InvalidRequest(e.to_string()))?;
-    cache.groups = plan.groups().to_vec();
-    let pool_tokens = longest_sequence(&cache, setup.scheduler.max_num_batched_tokens);
     let wanted = setup.max_model_len.unwrap_or(config.context_length);
     if setup
         .max_model_len
@@ -124,6 +100,45 @@ pub fn build_engine_with_draft(
             "max_model_len {wanted} is longer than the model's context of {}",
             config.context_length
         )));
+    }
+    // A block holds one group's layers: with sliding groups, more and smaller blocks.
+    let size = |plan: &KvGroupPlan| -> Result<(CacheConfig, usize), ModelError> {
+        let mut cache = CacheConfig::from_budget(
+            budget,
+            plan.layers_per_group() as u64 * layer_bytes,
+            setup.block_size,
+            setup.enable_prefix_caching,
+        )
+        .map_err(|e| ModelError::InvalidRequest(e.to_string()))?;
+        cache.groups = plan.groups().to_vec();
+        let longest = longest_sequence(&cache, setup.scheduler.max_num_batched_tokens);
+        Ok((cache, longest))
+    };
+    let single = KvGroupPlan::single(config.n_layers);
+    let (mut plan, (mut cache, mut pool_tokens)) = (single.clone(), size(&single)?);
+    if setup.sliding_window_freeing {
+        let grouped = KvGroupPlan::by_attention(&config);
+        let (g_cache, g_tokens) = size(&grouped)?;
+        // Each sliding group keeps a window plus a chunk in reserve: a pool too small for
+        // that would hold a shorter sequence than without freeing, so freeing stays off.
+        if grouped.num_groups() == 1 || g_tokens >= wanted.min(pool_tokens) {
+            (plan, cache, pool_tokens) = (grouped, g_cache, g_tokens);
+        } else {
+            tracing::info!(
+                grouped = g_tokens,
+                single = pool_tokens,
+                "sliding-window freeing off: the KV pool is too small for its window reserve"
+            );
+        }
+    }
+    if plan.num_groups() > 1 && setup.scheduler.context_shift_keep.is_some() {
+        // A shift moves blocks of every layer alike; sliding groups hold other blocks (and
+        // none outside their window), so the two are not combined yet.
+        return Err(ModelError::InvalidRequest(
+            "--context-shift is not supported together with sliding-window block freeing: \
+             add --disable-sliding-window-freeing"
+                .to_owned(),
+        ));
     }
     let max_model_len = wanted.min(pool_tokens);
     let mut scheduler = setup.scheduler.clone();
