@@ -21,6 +21,8 @@ version_in() { # version_in MODULE LOW HIGH: a check that MODULE's major.minor i
 ensure_py 'openai>=1.50,<2' "$(version_in openai '(1, 50)' '(2, 0)')"
 ensure_py 'anthropic>=0.50,<3' "$(version_in anthropic '(0, 50)' '(3, 0)')"
 ensure_py 'gguf>=0.10' 'import gguf, numpy'
+# `cbor2`: the independent block-hash implementation (crates/core/tests/block_hash_reference.rs)
+ensure_py 'cbor2>=5.4' 'import cbor2'
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked

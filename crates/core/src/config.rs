@@ -80,6 +80,9 @@ pub struct CacheConfig {
     pub block_size: usize,
     pub num_blocks: usize,
     pub enable_prefix_caching: bool,
+    /// Root of the block-hash chain (`--prefix-cache-hash-seed`): replicas and a router that
+    /// share it compute the same hashes for the same tokens.
+    pub hash_seed: String,
 }
 
 /// A configuration value that cannot work.
@@ -144,6 +147,7 @@ impl CacheConfig {
             block_size,
             num_blocks,
             enable_prefix_caching,
+            hash_seed: crate::kv::block_hash::DEFAULT_HASH_SEED.to_string(),
         })
     }
 }

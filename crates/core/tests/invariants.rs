@@ -2,18 +2,53 @@
 //! preemption and eviction happen constantly): no block leaked or double-freed, ref counts
 //! always match the owners, every request finishes or is aborted, generated tokens are the
 //! model's whatever happened on the way, and the pool is all free at the end; with speculation
-//! on, too, whatever the proposals were.
+//! on, too, whatever the proposals were. The KV cache events of every step (or a resync) add up
+//! to the pool's cached set, and each `BlockStored` rehashes from its parent and tokens.
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use common::*;
+use pagoda_core::kv::block_hash::{hash_block, root_hash};
+use pagoda_core::kv::{BlockHash, KvEvent};
 use pagoda_core::{
     FinishReason, NumSpecTokens, SchedulerConfig, SchedulingPolicy, SpecConfig, SpecMethod, Tenant,
 };
 use proptest::prelude::*;
+
+/// Applies `events` to `set` (what a subscriber keeps), checking each stored block's hash.
+fn apply_events(set: &mut HashSet<BlockHash>, events: Vec<KvEvent>) -> Result<(), TestCaseError> {
+    let root = root_hash("0");
+    for e in events {
+        match e {
+            KvEvent::BlockStored {
+                block_hashes,
+                parent_block_hash,
+                token_ids,
+                block_size,
+                ..
+            } => {
+                let mut parent = parent_block_hash.unwrap_or(root);
+                for (i, h) in block_hashes.iter().enumerate() {
+                    let toks = &token_ids[i * block_size..(i + 1) * block_size];
+                    // No extra keys: the CBOR null.
+                    prop_assert_eq!(hash_block(&parent, toks, &[0xf6]), *h);
+                    parent = *h;
+                    set.insert(*h);
+                }
+            }
+            KvEvent::BlockRemoved { block_hashes } => {
+                for h in block_hashes {
+                    prop_assert!(set.remove(&h), "removed a block never stored");
+                }
+            }
+            KvEvent::AllBlocksCleared => set.clear(),
+        }
+    }
+    Ok(())
+}
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -75,6 +110,9 @@ proptest! {
             ..Default::default()
         };
         let mut core = engine(12, 4, config, caching);
+        core.enable_kv_events();
+        let mut subscriber: HashSet<BlockHash> = HashSet::new();
+        let mut ops_done = 0usize;
         if spec_k > 0 {
             // Proposals right and wrong, full and short: tokens, blocks and caching unchanged.
             core.enable_speculation(SpecConfig {
@@ -125,6 +163,11 @@ proptest! {
                 }
             }
             core.scheduler().kv().check_invariants().map_err(TestCaseError::fail)?;
+            ops_done += 1;
+            let events = if ops_done.is_multiple_of(7) { core.kv_resync_events() } else { core.take_kv_events() };
+            apply_events(&mut subscriber, events)?;
+            let cached: HashSet<BlockHash> = core.scheduler().kv().pool().cached_hashes().copied().collect();
+            prop_assert_eq!(&subscriber, &cached);
         }
         let mut guard = 0;
         while core.has_work() {

@@ -17,6 +17,8 @@ pub struct EngineSetup {
     pub kv_cache_memory: Option<u64>,
     pub block_size: usize,
     pub enable_prefix_caching: bool,
+    /// Root seed of the prefix cache's block hashes (docs/scale-out.md).
+    pub prefix_cache_hash_seed: String,
     /// Longest sequence; default: the model's training context, capped to the KV pool.
     pub max_model_len: Option<usize>,
     /// Element type of the KV cache: f16 by default (half the bytes attention reads and the
@@ -33,6 +35,7 @@ impl Default for EngineSetup {
             kv_cache_memory: None,
             block_size: 16,
             enable_prefix_caching: true,
+            prefix_cache_hash_seed: pagoda_core::kv::block_hash::DEFAULT_HASH_SEED.to_string(),
             max_model_len: None,
             kv_cache_dtype: KvCacheDtype::default(),
             speculative: None,
@@ -77,13 +80,14 @@ pub fn build_engine_with_draft(
         }
         None => default_kv_budget(),
     };
-    let cache = CacheConfig::from_budget(
+    let mut cache = CacheConfig::from_budget(
         budget,
         bytes_per_token,
         setup.block_size,
         setup.enable_prefix_caching,
     )
     .map_err(|e| ModelError::InvalidRequest(e.to_string()))?;
+    cache.hash_seed.clone_from(&setup.prefix_cache_hash_seed);
     let pool_tokens = cache.num_blocks * cache.block_size;
     let wanted = setup.max_model_len.unwrap_or(config.context_length);
     if setup

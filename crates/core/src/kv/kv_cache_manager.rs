@@ -6,6 +6,7 @@ use std::collections::HashMap;
 
 use super::block_hash::BlockHash;
 use super::block_pool::{BlockId, BlockPool};
+use super::kv_events::{KvEvent, KvEventLog};
 use crate::request::{Request, SeqId};
 
 /// Prefix-cache counters, in tokens (vLLM's `prefix_cache_queries` / `_hits`).
@@ -56,6 +57,30 @@ impl KvCacheManager {
 
     pub fn block_size(&self) -> usize {
         self.block_size
+    }
+
+    /// Starts recording KV cache events (`take_events`); a no-op without prefix caching,
+    /// where nothing is ever cached.
+    pub fn enable_events(&mut self) {
+        if self.enable_caching {
+            self.pool.enable_events(self.block_size);
+        }
+    }
+
+    /// The events since the last call (empty when events are off).
+    pub fn take_events(&mut self) -> Vec<KvEvent> {
+        self.pool
+            .events_mut()
+            .map(KvEventLog::take)
+            .unwrap_or_default()
+    }
+
+    /// A clear followed by every cached block, replacing the pending events.
+    pub fn resync_events(&mut self) -> Vec<KvEvent> {
+        self.pool
+            .events_mut()
+            .map(KvEventLog::resync)
+            .unwrap_or_default()
     }
 
     pub fn caching_enabled(&self) -> bool {
@@ -170,16 +195,36 @@ impl KvCacheManager {
             .min(req.block_hashes.len())
             .min(table.len());
         let done = self.num_cached_blocks.entry(req.seq_id).or_insert(0);
-        for (&h, &block) in req.block_hashes[*done..full]
+        // Runs of newly cached blocks, for KV events: [start, end) block indices.
+        let mut runs: Vec<(usize, usize)> = Vec::new();
+        for (i, (&h, &block)) in req.block_hashes[*done..full]
             .iter()
             .zip(&table[*done..full])
+            .enumerate()
         {
-            self.pool.cache(block, h);
+            let i = *done + i;
+            if self.pool.cache(block, h) {
+                match runs.last_mut() {
+                    Some(r) if r.1 == i => r.1 = i + 1,
+                    _ => runs.push((i, i + 1)),
+                }
+            }
             if self.in_flight.get(&h) == Some(&req.seq_id) {
                 self.in_flight.remove(&h);
             }
         }
         *done = (*done).max(full);
+        if let Some(log) = self.pool.events_mut() {
+            let bs = self.block_size;
+            for (start, end) in runs {
+                log.stored(
+                    &req.block_hashes[start..end],
+                    start.checked_sub(1).map(|p| req.block_hashes[p]),
+                    &req.token_ids[start * bs..end * bs],
+                    req.hash_chain.lora_id(),
+                );
+            }
+        }
     }
 
     /// Gives back the blocks of `req` past those its computed tokens fill (slots reserved for

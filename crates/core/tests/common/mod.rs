@@ -176,6 +176,7 @@ pub fn engine(
         block_size,
         num_blocks,
         enable_prefix_caching: caching,
+        hash_seed: "0".into(),
     };
     EngineCore::new(
         FakeExecutor::new(num_blocks, block_size),
