@@ -170,7 +170,7 @@ impl Metrics {
     /// The whole exposition, with the engine's gauges and counters from `stats`.
     pub fn render(&self, stats: Option<&EngineStats>, model_name: &str) -> String {
         let mut out = String::with_capacity(8192);
-        let label = format!("model_name=\"{}\"", escape_label(model_name));
+        let label = model_label(model_name);
         if let Some(s) = stats {
             gauge(
                 &mut out,
@@ -313,6 +313,11 @@ pub fn render_embedder(stats: &crate::embedder::EmbedderStats, model_name: &str)
         stats.inputs.load(Ordering::Relaxed),
     );
     out
+}
+
+/// The `model_name="..."` label, escaped.
+pub(crate) fn model_label(model_name: &str) -> String {
+    format!("model_name=\"{}\"", escape_label(model_name))
 }
 
 pub(crate) fn counter(out: &mut String, name: &str, help: &str, label: &str, v: u64) {

@@ -38,6 +38,8 @@ pub struct Loaded {
     pub structured: Arc<StructuredOutputs>,
     /// The tool-call syntax of this model, `None` when tool calling is turned off.
     pub tool_format: Option<ToolCallFormat>,
+    /// Publishes KV cache events (`--kv-events-config`); its overflow count is a metric.
+    pub kv_events: Option<pagoda_kv_events::KvEventsPublisher>,
 }
 
 struct Inner {
@@ -148,6 +150,7 @@ impl AppState {
                 chat_template: self.0.config.chat_template.as_deref(),
                 output_buffer: self.0.config.output_buffer,
                 quantization: self.0.config.quantization,
+                kv_events: self.0.config.kv_events.as_ref(),
             },
         )?;
         let tool_format = match self.0.config.tool_call_parser {
@@ -183,6 +186,7 @@ impl AppState {
             model_path: path.display().to_string(),
             structured: m.structured,
             tool_format,
+            kv_events: m.kv_events,
         };
         self.0
             .loaded
