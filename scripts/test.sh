@@ -24,6 +24,11 @@ ensure_py 'openai>=1.50,<2' "$(version_in openai '(1, 50)' '(2, 0)')"
 ensure_py 'anthropic>=0.50,<3' "$(version_in anthropic '(0, 50)' '(3, 0)')"
 ensure_py 'gguf>=0.10' 'import gguf, numpy'
 ensure_py 'kubernetes-validate>=1.30' 'import kubernetes_validate, jsonschema, yaml'
+# `cbor2`: the independent block-hash implementation (crates/core/tests/block_hash_reference.rs)
+ensure_py 'cbor2>=5.4' 'import cbor2'
+# `pyzmq` + `msgpack`: a real KV-events subscriber (crates/kv-events/tests/zmq_subscriber.rs)
+ensure_py 'pyzmq>=25' 'import zmq'
+ensure_py 'msgpack>=1.0' 'import msgpack'
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked

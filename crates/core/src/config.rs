@@ -93,6 +93,9 @@ pub struct CacheConfig {
     /// How the layers' KV is grouped (one block table per group and sequence); one
     /// full-attention group unless the model has sliding-window layers that free blocks.
     pub groups: Vec<KvGroup>,
+    /// Root of the block-hash chain (`--prefix-cache-hash-seed`): replicas and a router that
+    /// share it compute the same hashes for the same tokens.
+    pub hash_seed: String,
 }
 
 /// A configuration value that cannot work.
@@ -158,6 +161,7 @@ impl CacheConfig {
             num_blocks,
             enable_prefix_caching,
             groups: vec![KvGroup::FULL],
+            hash_seed: crate::kv::block_hash::DEFAULT_HASH_SEED.to_string(),
         })
     }
 }

@@ -11,7 +11,8 @@ use thiserror::Error;
 
 use crate::admission::{Admission, QueueSlots};
 use crate::config::{CacheConfig, SchedulerConfig};
-use crate::kv::{ExtraKeys, KvCacheManager};
+use crate::kv::block_hash::root_hash;
+use crate::kv::{BlockHash, ExtraKeys, KvCacheManager, KvEvent};
 use crate::logprobs::PositionLogprobs;
 use crate::request::{FinishReason, Request, SeqId};
 use crate::sampling_params::SamplingParams;
@@ -201,6 +202,8 @@ pub struct EngineCore<E: ModelExecutor> {
     seed_counter: u64,
     generation_tokens: u64,
     peak_kv: (usize, usize),
+    /// Parent of every request's first block hash, from `CacheConfig::hash_seed`.
+    hash_root: BlockHash,
 }
 
 impl<E: ModelExecutor> EngineCore<E> {
@@ -240,6 +243,7 @@ impl<E: ModelExecutor> EngineCore<E> {
             seed_counter,
             generation_tokens: 0,
             peak_kv: (0, 0),
+            hash_root: root_hash(&cache.hash_seed),
         }
     }
 
@@ -266,6 +270,21 @@ impl<E: ModelExecutor> EngineCore<E> {
 
     pub fn scheduler(&self) -> &Scheduler {
         &self.scheduler
+    }
+
+    /// Starts recording KV cache events (call before the first request).
+    pub fn enable_kv_events(&mut self) {
+        self.scheduler.kv_events_mut().enable_events();
+    }
+
+    /// The prefix cache's changes since the last call.
+    pub fn take_kv_events(&mut self) -> Vec<KvEvent> {
+        self.scheduler.kv_events_mut().take_events()
+    }
+
+    /// `AllBlocksCleared` then every cached block: for subscribers that lost events.
+    pub fn kv_resync_events(&mut self) -> Vec<KvEvent> {
+        self.scheduler.kv_events_mut().resync_events()
     }
 
     pub fn executor(&self) -> &E {
@@ -327,7 +346,7 @@ impl<E: ModelExecutor> EngineCore<E> {
                 base_seed.wrapping_add(u64::from(index)),
                 req.priority,
                 seq,
-                &req.extra_keys,
+                req.extra_keys.chain(self.hash_root),
                 block_size,
             );
             r.tenant = req.tenant;

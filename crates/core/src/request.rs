@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use crate::kv::block_hash::{BlockHash, ExtraKeys, extend_block_hashes};
+use crate::kv::block_hash::{BlockHash, HashChain};
 use crate::sampling_params::SamplingParams;
 use crate::spec::Acceptance;
 use crate::tenant::Tenant;
@@ -67,8 +67,8 @@ pub struct Request {
     pub arrival_seq: u64,
     pub arrival: Instant,
     pub status: RequestStatus,
-    /// Root of the hash chain (extra keys folded in).
-    pub hash_root: BlockHash,
+    /// The root and extra keys its block hashes are chained from.
+    pub hash_chain: HashChain,
     /// Hashes of every full block of `token_ids`.
     pub block_hashes: Vec<BlockHash>,
     /// Prompt tokens served from the prefix cache at first admission.
@@ -100,12 +100,11 @@ impl Request {
         seed: u64,
         priority: i32,
         arrival_seq: u64,
-        extra_keys: &ExtraKeys,
+        hash_chain: HashChain,
         block_size: usize,
     ) -> Self {
-        let hash_root = extra_keys.root();
         let mut block_hashes = Vec::new();
-        extend_block_hashes(&mut block_hashes, hash_root, &prompt, block_size);
+        hash_chain.extend(&mut block_hashes, &prompt, block_size);
         Self {
             seq_id,
             prompt_len: prompt.len(),
@@ -118,7 +117,7 @@ impl Request {
             arrival_seq,
             arrival: Instant::now(),
             status: RequestStatus::Waiting,
-            hash_root,
+            hash_chain,
             block_hashes,
             num_cached_tokens: None,
             num_preemptions: 0,
@@ -172,12 +171,8 @@ impl Request {
     /// Appends a generated token and hashes any block it completes.
     pub fn append_token(&mut self, token: u32, block_size: usize) {
         self.token_ids.push(token);
-        extend_block_hashes(
-            &mut self.block_hashes,
-            self.hash_root,
-            &self.token_ids,
-            block_size,
-        );
+        self.hash_chain
+            .extend(&mut self.block_hashes, &self.token_ids, block_size);
     }
 
     /// How many tokens this sequence may still generate before a length stop: its

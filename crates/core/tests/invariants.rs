@@ -4,19 +4,55 @@
 //! model's whatever happened on the way, and the pool is all free at the end; with speculation
 //! on, too, whatever the proposals were; and with the KV split into full and sliding-window
 //! groups whose blocks leave the table as the window passes (the fake executor checks every
-//! key each chunk's window sees).
+//! key each chunk's window sees). The KV cache events of every step (or a resync) add up to
+//! the pool's cached set (to the first group's part of it when there are several), and each
+//! `BlockStored` rehashes from its parent and tokens.
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use common::*;
 use pagoda_core::kv::KvGroup;
+use pagoda_core::kv::block_hash::{hash_block, root_hash};
+use pagoda_core::kv::{BlockHash, KvEvent};
 use pagoda_core::{
     FinishReason, NumSpecTokens, SchedulerConfig, SchedulingPolicy, SpecConfig, SpecMethod, Tenant,
 };
 use proptest::prelude::*;
+
+/// Applies `events` to `set` (what a subscriber keeps), checking each stored block's hash.
+fn apply_events(set: &mut HashSet<BlockHash>, events: Vec<KvEvent>) -> Result<(), TestCaseError> {
+    let root = root_hash("0");
+    for e in events {
+        match e {
+            KvEvent::BlockStored {
+                block_hashes,
+                parent_block_hash,
+                token_ids,
+                block_size,
+                ..
+            } => {
+                let mut parent = parent_block_hash.unwrap_or(root);
+                for (i, h) in block_hashes.iter().enumerate() {
+                    let toks = &token_ids[i * block_size..(i + 1) * block_size];
+                    // No extra keys: the CBOR null.
+                    prop_assert_eq!(hash_block(&parent, toks, &[0xf6]), *h);
+                    parent = *h;
+                    set.insert(*h);
+                }
+            }
+            KvEvent::BlockRemoved { block_hashes } => {
+                for h in block_hashes {
+                    prop_assert!(set.remove(&h), "removed a block never stored");
+                }
+            }
+            KvEvent::AllBlocksCleared => set.clear(),
+        }
+    }
+    Ok(())
+}
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -87,7 +123,11 @@ proptest! {
             _ => vec![KvGroup::sliding(window), KvGroup::FULL, KvGroup::sliding(window + 5)],
         };
         let num_blocks = 12 * groups.len();
+        let single_group = groups.len() == 1;
         let mut core = engine_with_groups(num_blocks, 4, config, caching, groups);
+        core.enable_kv_events();
+        let mut subscriber: HashSet<BlockHash> = HashSet::new();
+        let mut ops_done = 0usize;
         if spec_k > 0 {
             // Proposals right and wrong, full and short: tokens, blocks and caching unchanged.
             core.enable_speculation(SpecConfig {
@@ -138,6 +178,17 @@ proptest! {
                 }
             }
             core.scheduler().kv().check_invariants().map_err(TestCaseError::fail)?;
+            ops_done += 1;
+            let events = if ops_done.is_multiple_of(7) { core.kv_resync_events() } else { core.take_kv_events() };
+            apply_events(&mut subscriber, events)?;
+            let cached: HashSet<BlockHash> = core.scheduler().kv().pool().cached_hashes().copied().collect();
+            // Only the first group's blocks are published (the others' keys are mixed with
+            // their group and mean nothing to a subscriber).
+            if single_group {
+                prop_assert_eq!(&subscriber, &cached);
+            } else {
+                prop_assert!(subscriber.is_subset(&cached));
+            }
         }
         let mut guard = 0;
         while core.has_work() {

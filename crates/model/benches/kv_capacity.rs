@@ -70,7 +70,7 @@ fn capacity(freeing: bool, context: usize, budget: u64) -> (usize, usize) {
             0,
             0,
             held as u64,
-            &ExtraKeys::default(),
+            ExtraKeys::default().chain(pagoda_core::kv::block_hash::root_hash("0")),
             bs,
         );
         while req.num_computed_tokens < context {

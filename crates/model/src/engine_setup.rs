@@ -19,6 +19,8 @@ pub struct EngineSetup {
     pub kv_cache_memory: Option<u64>,
     pub block_size: usize,
     pub enable_prefix_caching: bool,
+    /// Root seed of the prefix cache's block hashes (docs/scale-out.md).
+    pub prefix_cache_hash_seed: String,
     /// Longest sequence; default: the model's training context, capped to the KV pool.
     pub max_model_len: Option<usize>,
     /// Element type of the KV cache: f16 by default (half the bytes attention reads and the
@@ -38,6 +40,7 @@ impl Default for EngineSetup {
             kv_cache_memory: None,
             block_size: 16,
             enable_prefix_caching: true,
+            prefix_cache_hash_seed: pagoda_core::kv::block_hash::DEFAULT_HASH_SEED.to_string(),
             max_model_len: None,
             kv_cache_dtype: KvCacheDtype::default(),
             speculative: None,
@@ -111,6 +114,7 @@ pub fn build_engine_with_draft(
         )
         .map_err(|e| ModelError::InvalidRequest(e.to_string()))?;
         cache.groups = plan.groups().to_vec();
+        cache.hash_seed.clone_from(&setup.prefix_cache_hash_seed);
         let longest = longest_sequence(&cache, setup.scheduler.max_num_batched_tokens);
         Ok((cache, longest))
     };

@@ -31,6 +31,10 @@ pub struct EngineArgs {
     /// the blocks that left their window (on by default: more sequences fit).
     #[arg(long, env = "PAGODA_DISABLE_SLIDING_WINDOW_FREEING")]
     pub disable_sliding_window_freeing: bool,
+    /// Root seed of the prefix cache's block hashes (vLLM's PYTHONHASHSEED): replicas, a router
+    /// and KV-event consumers that share it compute the same hashes (docs/scale-out.md).
+    #[arg(long, env = "PAGODA_PREFIX_CACHE_HASH_SEED", default_value = pagoda_core::kv::block_hash::DEFAULT_HASH_SEED)]
+    pub prefix_cache_hash_seed: String,
     /// Token budget of one engine step, over all requests.
     #[arg(long, env = "PAGODA_MAX_NUM_BATCHED_TOKENS", default_value_t = 2048)]
     pub max_num_batched_tokens: usize,
@@ -132,6 +136,7 @@ impl EngineArgs {
             kv_cache_memory,
             block_size: self.block_size,
             enable_prefix_caching: !self.no_prefix_caching,
+            prefix_cache_hash_seed: self.prefix_cache_hash_seed.clone(),
             max_model_len: self.max_model_len,
             kv_cache_dtype: self.kv_cache_dtype.parse().context("--kv-cache-dtype")?,
             speculative: self.speculative.resolve()?,

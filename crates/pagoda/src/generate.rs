@@ -135,6 +135,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
             // Every output of every prompt may wait while earlier prompts are printed.
             output_buffer: args.max_tokens as usize + 16,
             quantization: args.engine.quantization()?,
+            kv_events: None,
         },
     )
     .with_context(|| format!("cannot load model {}", path.display()))?;

@@ -80,6 +80,11 @@ pub struct ServeArgs {
     /// Split `<think>...</think>` into `reasoning_content`: `think` or `none`.
     #[arg(long, env = "PAGODA_REASONING_PARSER", default_value = "none")]
     reasoning_parser: ReasoningParser,
+    /// Publish KV cache events over ZeroMQ, as vLLM's JSON: `{"enable_kv_cache_events": true,
+    /// "publisher": "zmq", "endpoint": "tcp://*:5557", "replay_endpoint": "tcp://*:5558",
+    /// "buffer_steps", "hwm", "max_queue_size", "topic"}` (docs/scale-out.md).
+    #[arg(long, env = "PAGODA_KV_EVENTS_CONFIG")]
+    kv_events_config: Option<String>,
     #[command(flatten)]
     engine: EngineArgs,
 }
@@ -125,6 +130,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         reasoning_parser: args.reasoning_parser,
         chat_template,
         quantization: args.engine.quantization()?,
+        kv_events: match &args.kv_events_config {
+            Some(json) => pagoda_kv_events::KvEventsConfig::parse(json)?,
+            None => None,
+        },
         ..ServerConfig::default()
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -51,6 +51,8 @@ pub struct ServerConfig {
     pub response_store_max_age: Duration,
     /// What a Hugging Face checkpoint's matrices are quantized to at load.
     pub quantization: pagoda_hf::Quantization,
+    /// Publish KV cache events over ZeroMQ (`--kv-events-config`, docs/scale-out.md).
+    pub kv_events: Option<pagoda_kv_events::KvEventsConfig>,
 }
 
 impl Default for ServerConfig {
@@ -75,6 +77,7 @@ impl Default for ServerConfig {
             response_store_entries: 1024,
             response_store_max_age: Duration::from_secs(3600),
             quantization: pagoda_hf::Quantization::default(),
+            kv_events: None,
         }
     }
 }

@@ -11,6 +11,7 @@ use pagoda_core::{EngineRequest, SamplingParams, SpecMethod};
 use pagoda_frontend::{ChatTemplate, Tokenizer};
 use pagoda_gguf::GgufFile;
 use pagoda_hf::Quantization;
+use pagoda_kv_events::{KvEventsConfig, KvEventsPublisher};
 use pagoda_model::{EngineSetup, KvReport, Model, PackCache};
 use pagoda_structured::StructuredOutputs;
 
@@ -33,6 +34,8 @@ pub enum LoadError {
     WarmUp(String),
     #[error("a model is already loaded")]
     AlreadyLoaded,
+    #[error(transparent)]
+    KvEvents(#[from] pagoda_kv_events::PublishError),
 }
 
 /// How to load.
@@ -45,6 +48,8 @@ pub struct LoadOptions<'a> {
     pub output_buffer: usize,
     /// What a Hugging Face checkpoint's matrices become (GGUF files keep their own types).
     pub quantization: Quantization,
+    /// Publish KV cache events (`--kv-events-config`).
+    pub kv_events: Option<&'a KvEventsConfig>,
 }
 
 /// A model serving from its own engine thread, with its text edge.
@@ -55,6 +60,8 @@ pub struct LoadedModel {
     /// Compiles constraints against this model's vocabulary (its token trie is built lazily).
     pub structured: Arc<StructuredOutputs>,
     pub report: KvReport,
+    /// The KV events publisher, when on.
+    pub kv_events: Option<KvEventsPublisher>,
 }
 
 /// Loads the GGUF at `path` and starts its engine; blocks (call it from a plain thread or
@@ -79,11 +86,24 @@ pub fn load_engine(path: &Path, opts: &LoadOptions<'_>) -> Result<LoadedModel, L
         max_model_len = report.max_model_len,
         "engine built"
     );
-    let engine = EngineHandle::start(
+    let (kv_events, queue) = match opts.kv_events {
+        Some(c) => {
+            let (publisher, queue) = KvEventsPublisher::start(c)?;
+            tracing::info!(
+                endpoint = publisher.endpoint,
+                replay = publisher.replay_endpoint.as_deref().unwrap_or("none"),
+                "publishing KV cache events"
+            );
+            (Some(publisher), Some(queue))
+        }
+        None => (None, None),
+    };
+    let engine = EngineHandle::start_with_events(
         core,
         HandleOptions {
             output_buffer: opts.output_buffer,
         },
+        queue,
     )?;
     warm_up(&engine, &tokenizer)?;
     let structured = Arc::new(StructuredOutputs::new(Arc::clone(&tokenizer)));
@@ -93,6 +113,7 @@ pub fn load_engine(path: &Path, opts: &LoadOptions<'_>) -> Result<LoadedModel, L
         template,
         structured,
         report,
+        kv_events,
     })
 }
 

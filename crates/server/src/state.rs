@@ -41,6 +41,8 @@ pub struct Loaded {
     /// The KV pool as sized, for `cache_config_info`.
     pub kv: KvReport,
     pub prefix_caching: bool,
+    /// Publishes KV cache events (`--kv-events-config`); its overflow count is a metric.
+    pub kv_events: Option<pagoda_kv_events::KvEventsPublisher>,
 }
 
 struct Inner {
@@ -151,6 +153,7 @@ impl AppState {
                 chat_template: self.0.config.chat_template.as_deref(),
                 output_buffer: self.0.config.output_buffer,
                 quantization: self.0.config.quantization,
+                kv_events: self.0.config.kv_events.as_ref(),
             },
         )?;
         let tool_format = match self.0.config.tool_call_parser {
@@ -188,6 +191,7 @@ impl AppState {
             tool_format,
             kv: m.report,
             prefix_caching: setup.enable_prefix_caching,
+            kv_events: m.kv_events,
         };
         self.0
             .loaded

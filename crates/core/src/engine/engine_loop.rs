@@ -12,6 +12,7 @@ use tokio::sync::mpsc::Sender;
 use tokio::sync::mpsc::error::TrySendError;
 
 use super::handle::{Shared, StreamError, StreamItem};
+use super::kv_event_queue::KvEventQueue;
 use crate::admission::QueueSlots;
 use crate::engine_core::{EngineCore, EngineOutput, ModelExecutor, RequestId};
 use crate::request::FinishReason;
@@ -42,6 +43,7 @@ pub(crate) fn run<E: ModelExecutor>(
     mut core: EngineCore<E>,
     rx: Receiver<Command>,
     shared: Arc<Shared>,
+    mut kv_events: Option<KvEventQueue>,
 ) {
     let mut routes: HashMap<RequestId, Route> = HashMap::new();
     let mut disconnected = false;
@@ -106,6 +108,9 @@ pub(crate) fn run<E: ModelExecutor>(
         };
         for out in outs {
             deliver(out, &mut core, &mut routes);
+        }
+        if let Some(q) = &mut kv_events {
+            q.flush(&mut core);
         }
         publish(&core, &shared.stats);
     }

@@ -12,6 +12,7 @@ use thiserror::Error;
 use tokio::sync::mpsc as tmpsc;
 
 use super::engine_loop::{self, Command};
+use super::kv_event_queue::KvEventQueue;
 use crate::admission::Admission;
 use crate::engine_core::{
     AddRequestError, EngineCore, EngineOutput, EngineRequest, EngineStats, ModelExecutor, RequestId,
@@ -69,6 +70,18 @@ impl EngineHandle {
         core: EngineCore<E>,
         options: HandleOptions,
     ) -> std::io::Result<Self> {
+        Self::start_with_events(core, options, None)
+    }
+
+    /// The same, publishing the prefix cache's changes after every step onto `kv_events`.
+    pub fn start_with_events<E: ModelExecutor + Send + 'static>(
+        mut core: EngineCore<E>,
+        options: HandleOptions,
+        kv_events: Option<KvEventQueue>,
+    ) -> std::io::Result<Self> {
+        if kv_events.is_some() {
+            core.enable_kv_events();
+        }
         let (tx, rx) = mpsc::channel();
         let shared = Arc::new(Shared {
             stats: Mutex::new(core.stats()),
@@ -78,7 +91,7 @@ impl EngineHandle {
         let thread_shared = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("pagoda-engine".into())
-            .spawn(move || engine_loop::run(core, rx, thread_shared))?;
+            .spawn(move || engine_loop::run(core, rx, thread_shared, kv_events))?;
         Ok(Self {
             tx: Mutex::new(tx),
             shared,

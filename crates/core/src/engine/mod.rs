@@ -3,5 +3,7 @@
 
 mod engine_loop;
 mod handle;
+mod kv_event_queue;
 
 pub use handle::{EngineHandle, HandleOptions, RequestStream, StreamError};
+pub use kv_event_queue::{KvEventBatch, KvEventQueue, kv_event_queue};

@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 
 use super::block_hash::BlockHash;
+use super::kv_events::KvEventLog;
 
 /// Index of a block in the KV arena.
 pub type BlockId = u32;
@@ -29,6 +30,8 @@ pub struct BlockPool {
     free_tail: u32,
     num_free: usize,
     cached: HashMap<BlockHash, BlockId>,
+    /// Changes to `cached`, recorded only when KV events are on.
+    events: Option<KvEventLog>,
 }
 
 impl BlockPool {
@@ -49,6 +52,7 @@ impl BlockPool {
             free_tail: NIL,
             num_free: 0,
             cached: HashMap::new(),
+            events: None,
         };
         for id in 0..num_blocks as u32 {
             pool.push_free(id);
@@ -105,6 +109,9 @@ impl BlockPool {
                 && self.cached.get(&h) == Some(&id)
             {
                 self.cached.remove(&h);
+                if let Some(log) = &mut self.events {
+                    log.removed(h);
+                }
             }
             self.blocks[id as usize].ref_cnt = 1;
             out.push(id);
@@ -139,20 +146,41 @@ impl BlockPool {
     }
 
     /// Registers full block `id` as holding `hash`. If another block already holds it (two
-    /// requests computed the same prefix at once), the first stays the cached one.
-    pub fn cache(&mut self, id: BlockId, hash: BlockHash) {
+    /// requests computed the same prefix at once), the first stays the cached one. True when
+    /// `hash` is newly cached.
+    pub fn cache(&mut self, id: BlockId, hash: BlockHash) -> bool {
         if self.blocks[id as usize].hash.is_some() {
-            return;
+            return false;
         }
         if let std::collections::hash_map::Entry::Vacant(e) = self.cached.entry(hash) {
             e.insert(id);
             self.blocks[id as usize].hash = Some(hash);
+            return true;
         }
+        false
+    }
+
+    /// Starts recording KV events (`block_size` tokens per block).
+    pub fn enable_events(&mut self, block_size: usize) {
+        self.events = Some(KvEventLog::new(block_size));
+    }
+
+    /// The event log, when events are on.
+    pub fn events_mut(&mut self) -> Option<&mut KvEventLog> {
+        self.events.as_mut()
+    }
+
+    /// Every hash in the cache now (what KV events must add up to).
+    pub fn cached_hashes(&self) -> impl Iterator<Item = &BlockHash> {
+        self.cached.keys()
     }
 
     /// Drops every cached hash (e.g. after weights change); owners keep their blocks.
     pub fn reset_cache(&mut self) {
         self.cached.clear();
+        if let Some(log) = &mut self.events {
+            log.cleared();
+        }
         for b in &mut self.blocks {
             b.hash = None;
         }
@@ -217,11 +245,11 @@ mod tests {
         let a = p.allocate(2).unwrap_or_default();
         assert_eq!(a, vec![0, 1]);
         assert_eq!(p.free_queue(), vec![2, 3]);
-        p.cache(0, BlockHash(7));
+        p.cache(0, BlockHash([7; 32]));
         // Freed tail first: block 1 then 0 join the tail.
         p.free(a.iter().rev().copied());
         assert_eq!(p.free_queue(), vec![2, 3, 1, 0]);
-        assert_eq!(p.lookup(BlockHash(7)), Some(0));
+        assert_eq!(p.lookup(BlockHash([7; 32])), Some(0));
         // A hit takes block 0 out of the middle of the queue, keeping its hash.
         p.touch(&[0]);
         assert_eq!(p.free_queue(), vec![2, 3, 1]);
@@ -230,7 +258,7 @@ mod tests {
         // Allocating all four evicts block 0's hash when it is handed out.
         assert!(p.allocate(5).is_none());
         assert_eq!(p.allocate(4), Some(vec![2, 3, 1, 0]));
-        assert_eq!(p.lookup(BlockHash(7)), None);
+        assert_eq!(p.lookup(BlockHash([7; 32])), None);
         assert_eq!(p.num_free(), 0);
     }
 
@@ -250,9 +278,9 @@ mod tests {
     fn first_cached_copy_wins() {
         let mut p = BlockPool::new(2);
         let ids = p.allocate(2).unwrap_or_default();
-        p.cache(ids[0], BlockHash(1));
-        p.cache(ids[1], BlockHash(1));
-        assert_eq!(p.lookup(BlockHash(1)), Some(ids[0]));
+        p.cache(ids[0], BlockHash([1; 32]));
+        p.cache(ids[1], BlockHash([1; 32]));
+        assert_eq!(p.lookup(BlockHash([1; 32])), Some(ids[0]));
         assert_eq!(p.hash_of(ids[1]), None);
     }
 }

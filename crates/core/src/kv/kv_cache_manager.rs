@@ -7,6 +7,7 @@ use std::collections::HashMap;
 
 use super::block_hash::BlockHash;
 use super::block_pool::{BlockId, BlockPool};
+use super::kv_events::{KvEvent, KvEventLog};
 use super::kv_group::{KvGroup, NULL_BLOCK, group_key};
 use crate::request::{Request, SeqId};
 
@@ -100,6 +101,30 @@ impl KvCacheManager {
 
     pub fn block_size(&self) -> usize {
         self.block_size
+    }
+
+    /// Starts recording KV cache events (`take_events`); a no-op without prefix caching,
+    /// where nothing is ever cached.
+    pub fn enable_events(&mut self) {
+        if self.enable_caching {
+            self.pool.enable_events(self.block_size);
+        }
+    }
+
+    /// The events since the last call (empty when events are off).
+    pub fn take_events(&mut self) -> Vec<KvEvent> {
+        self.pool
+            .events_mut()
+            .map(KvEventLog::take)
+            .unwrap_or_default()
+    }
+
+    /// A clear followed by every cached block, replacing the pending events.
+    pub fn resync_events(&mut self) -> Vec<KvEvent> {
+        self.pool
+            .events_mut()
+            .map(KvEventLog::resync)
+            .unwrap_or_default()
     }
 
     pub fn caching_enabled(&self) -> bool {
@@ -332,11 +357,18 @@ impl KvCacheManager {
             .min(req.block_hashes.len())
             .min(tables[0].len());
         let done = self.num_cached_blocks.entry(req.seq_id).or_insert(0);
+        // Runs of newly cached blocks of the first group, for KV events: [start, end) block
+        // indices. The first group is a full-attention one whenever the model has one
+        // (`KvGroupPlan` puts them first), and its keys are the block hashes themselves.
+        let mut runs: Vec<(usize, usize)> = Vec::new();
         for j in *done..full {
             let h = req.block_hashes[j];
             for (g, table) in tables.iter().enumerate() {
-                if table[j] != NULL_BLOCK {
-                    self.pool.cache(table[j], group_key(h, g));
+                if table[j] != NULL_BLOCK && self.pool.cache(table[j], group_key(h, g)) && g == 0 {
+                    match runs.last_mut() {
+                        Some(r) if r.1 == j => r.1 = j + 1,
+                        _ => runs.push((j, j + 1)),
+                    }
                 }
             }
             if self.in_flight.get(&h) == Some(&req.seq_id) {
@@ -344,6 +376,17 @@ impl KvCacheManager {
             }
         }
         *done = (*done).max(full);
+        if let Some(log) = self.pool.events_mut() {
+            let bs = self.block_size;
+            for (start, end) in runs {
+                log.stored(
+                    &req.block_hashes[start..end],
+                    start.checked_sub(1).map(|p| req.block_hashes[p]),
+                    &req.token_ids[start * bs..end * bs],
+                    req.hash_chain.lora_id(),
+                );
+            }
+        }
     }
 
     /// Sliding groups give back every block wholly before the window of `req`'s next token.

@@ -45,9 +45,14 @@ impl KvGroup {
 /// The prefix-cache key of a block of group `group`: group 0 uses the block hash itself; the
 /// others mix in their index so two groups' copies of the same tokens never collide.
 pub fn group_key(hash: BlockHash, group: usize) -> BlockHash {
-    // An odd 128-bit constant: distinct groups get distinct, well-spread offsets.
+    // An odd 128-bit constant: distinct groups get distinct, well-spread offsets, mixed into
+    // the first 16 bytes (which the pool's map hashes) and so into the whole key.
     const MIX: u128 = 0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835;
-    BlockHash(hash.0 ^ (group as u128).wrapping_mul(MIX))
+    let mut out = hash.0;
+    let mixed = u128::from_le_bytes(out[..16].try_into().unwrap_or([0; 16]))
+        ^ (group as u128).wrapping_mul(MIX);
+    out[..16].copy_from_slice(&mixed.to_le_bytes());
+    BlockHash(out)
 }
 
 #[cfg(test)]
@@ -65,7 +70,10 @@ mod tests {
         // 511 older keys span at most 33 blocks with the current one; the next token's block
         // may be one more only when it starts a block, which the 511 keys then do not fill.
         assert_eq!(g.max_held_blocks(16), Some(33));
-        assert_ne!(group_key(BlockHash(5), 1), group_key(BlockHash(5), 2));
-        assert_eq!(group_key(BlockHash(5), 0), BlockHash(5));
+        assert_ne!(
+            group_key(BlockHash([5; 32]), 1),
+            group_key(BlockHash([5; 32]), 2)
+        );
+        assert_eq!(group_key(BlockHash([5; 32]), 0), BlockHash([5; 32]));
     }
 }

@@ -111,6 +111,11 @@ impl Scheduler {
         &self.kv
     }
 
+    /// For KV cache events only: the scheduler's block accounting stays its own.
+    pub fn kv_events_mut(&mut self) -> &mut KvCacheManager {
+        &mut self.kv
+    }
+
     pub fn request(&self, seq: SeqId) -> Option<&Request> {
         self.requests.get(&seq)
     }

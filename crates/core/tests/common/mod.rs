@@ -203,6 +203,7 @@ pub fn engine_with_groups(
         num_blocks,
         enable_prefix_caching: caching,
         groups,
+        hash_seed: "0".into(),
     };
     EngineCore::new(exec, sched, &cache, vec![EOS], VOCAB as usize)
 }

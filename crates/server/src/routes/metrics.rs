@@ -16,6 +16,15 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
         crate::metrics::render_cache_config(&mut text, &l.kv, l.prefix_caching, name);
     }
     state.tenants().render_metrics(&mut text);
+    if let Some(p) = state.loaded().ok().and_then(|l| l.kv_events.as_ref()) {
+        crate::metrics::counter(
+            &mut text,
+            "pagoda:kv_events_dropped_batches_total",
+            "KV event batches dropped on a full queue (each followed by a resync)",
+            &crate::metrics::model_label(&state.config().served_model_name),
+            p.overflows.load(std::sync::atomic::Ordering::Relaxed),
+        );
+    }
     if let Ok(e) = state.embedder() {
         text.push_str(&crate::metrics::render_embedder(&e.stats, name));
     }
