@@ -2,7 +2,8 @@
 //! preemption and eviction happen constantly): no block leaked or double-freed, ref counts
 //! always match the owners, every request finishes or is aborted, generated tokens are the
 //! model's whatever happened on the way, and the pool is all free at the end; with speculation
-//! on, too, whatever the proposals were.
+//! on, too, whatever the proposals were. Requests carry LoRA adapters too: never more than
+//! `max_loras` distinct ones run at once, and requests of every adapter still finish.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -22,6 +23,8 @@ enum Op {
         max_tokens: u32,
         n: u32,
         priority: i32,
+        /// 0: the base model, else adapter 1..=3.
+        lora: u8,
     },
     Step,
     Abort(usize),
@@ -35,9 +38,10 @@ fn op() -> impl Strategy<Value = Op> {
             prop::collection::vec(0u32..4, 1..20),
             1u32..12,
             1u32..3,
-            -2i32..2
+            -2i32..2,
+            0u8..4
         )
-            .prop_map(|(stem, tail, max_tokens, n, priority)| {
+            .prop_map(|(stem, tail, max_tokens, n, priority, lora)| {
                 let mut prompt: Vec<u32> = (0..stem as u32 * 4).collect();
                 prompt.extend(tail);
                 Op::Add {
@@ -45,6 +49,7 @@ fn op() -> impl Strategy<Value = Op> {
                     max_tokens,
                     n,
                     priority,
+                    lora,
                 }
             }),
         3 => Just(Op::Step),
@@ -64,6 +69,7 @@ proptest! {
         threshold in 0usize..8,
         spec_k in 0usize..5,
         wrong_every in 0u32..4,
+        max_loras in 0usize..3,
     ) {
         let config = SchedulerConfig {
             max_num_batched_tokens: max_batched,
@@ -72,6 +78,7 @@ proptest! {
             max_model_len: 48,
             policy: [SchedulingPolicy::Fcfs, SchedulingPolicy::Priority, SchedulingPolicy::Fair]
                 [usize::from(policy)],
+            max_loras,
             ..Default::default()
         };
         let mut core = engine(12, 4, config, caching);
@@ -102,8 +109,13 @@ proptest! {
         };
         for op in ops {
             match op {
-                Op::Add { prompt, max_tokens, n, priority } => {
+                Op::Add { prompt, max_tokens, n, priority, lora } => {
                     let mut r = request(next_id, prompt.clone(), max_tokens);
+                    if lora > 0 {
+                        let l = pagoda_core::LoraRef::new(format!("a{lora}"), u64::from(lora), std::sync::Arc::new(()));
+                        r.extra_keys.lora_id = Some(l.digest());
+                        r.params.lora = Some(l);
+                    }
                     r.params.n = n;
                     r.priority = priority;
                     r.tenant = Tenant { id: (next_id % 3) as u32, weight: 1 + (next_id % 2) as u32 };
@@ -125,6 +137,8 @@ proptest! {
                 }
             }
             core.scheduler().kv().check_invariants().map_err(TestCaseError::fail)?;
+            let running = core.stats().running_loras.len();
+            prop_assert!(max_loras == 0 || running <= max_loras, "{} adapters run, max {}", running, max_loras);
         }
         let mut guard = 0;
         while core.has_work() {

@@ -49,6 +49,8 @@ pub struct ServerConfig {
     pub response_store_max_age: Duration,
     /// What a Hugging Face checkpoint's matrices are quantized to at load.
     pub quantization: pagoda_hf::Quantization,
+    /// LoRA adapters: the ones loaded at start-up and how many are kept.
+    pub lora: crate::loras::LoraConfig,
 }
 
 impl Default for ServerConfig {
@@ -72,6 +74,7 @@ impl Default for ServerConfig {
             response_store_entries: 1024,
             response_store_max_age: Duration::from_secs(3600),
             quantization: pagoda_hf::Quantization::default(),
+            lora: crate::loras::LoraConfig::default(),
         }
     }
 }

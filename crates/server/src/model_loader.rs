@@ -33,6 +33,8 @@ pub enum LoadError {
     WarmUp(String),
     #[error("a model is already loaded")]
     AlreadyLoaded,
+    #[error("{0}")]
+    Lora(String),
 }
 
 /// How to load.
@@ -55,6 +57,8 @@ pub struct LoadedModel {
     /// Compiles constraints against this model's vocabulary (its token trie is built lazily).
     pub structured: Arc<StructuredOutputs>,
     pub report: KvReport,
+    /// The model's hyper-parameters (adapters are checked against them).
+    pub config: pagoda_model::ModelConfig,
 }
 
 /// Loads the GGUF at `path` and starts its engine; blocks (call it from a plain thread or
@@ -92,6 +96,7 @@ pub fn load_engine(path: &Path, opts: &LoadOptions<'_>) -> Result<LoadedModel, L
         Model::load_cached(file, path, &PackCache::from_env())
     }
     .map_err(|e| LoadError::Model(e.to_string()))?;
+    let config = model.config().clone();
     let draft = match opts.setup.speculative.as_ref().map(|s| &s.method) {
         Some(SpecMethod::DraftModel { path }) => Some(load_draft(Path::new(path))?),
         _ => None,
@@ -117,6 +122,7 @@ pub fn load_engine(path: &Path, opts: &LoadOptions<'_>) -> Result<LoadedModel, L
         template,
         structured,
         report,
+        config,
     })
 }
 

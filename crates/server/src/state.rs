@@ -38,6 +38,8 @@ pub struct Loaded {
     pub structured: Arc<StructuredOutputs>,
     /// The tool-call syntax of this model, `None` when tool calling is turned off.
     pub tool_format: Option<ToolCallFormat>,
+    /// The LoRA adapters served over the model.
+    pub loras: Arc<crate::loras::LoraRegistry>,
 }
 
 struct Inner {
@@ -175,7 +177,18 @@ impl AppState {
                     tracing::warn!("structured output is unavailable: {e}");
                 }
             })?;
+        let loras = Arc::new(crate::loras::LoraRegistry::new(
+            self.0.config.lora.clone(),
+            m.config,
+            &self.0.config.served_model_name,
+        ));
+        for (name, path) in &self.0.config.lora.modules {
+            loras
+                .load(name, path)
+                .map_err(|e| LoadError::Lora(e.to_string()))?;
+        }
         let loaded = Loaded {
+            loras,
             engine: m.engine,
             tokenizer: m.tokenizer,
             template: m.template,

@@ -12,6 +12,9 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
         .metrics()
         .render(stats.as_ref(), &state.config().served_model_name);
     state.tenants().render_metrics(&mut text);
+    if let (Ok(l), Some(s)) = (state.loaded(), stats.as_ref()) {
+        crate::metrics::render_loras(&mut text, s, &l.loras);
+    }
     if let Ok(e) = state.embedder() {
         text.push_str(&crate::metrics::render_embedder(
             &e.stats,
