@@ -188,6 +188,36 @@ mod tests {
     }
 
     #[test]
+    fn an_adapter_keys_the_prefix_cache_by_its_digest() {
+        let l = RequestLimits {
+            vocab_size: 10,
+            max_model_len: 8,
+            context_shift: false,
+        };
+        let lora = |name: &str, digest| {
+            let r = l.check(req(vec![1, 2], 2)).unwrap();
+            r.with_lora(crate::LoraRef::new(name, digest, std::sync::Arc::new(())))
+                .into_inner()
+        };
+        let base = l.check(req(vec![1, 2], 2)).unwrap().into_inner();
+        let (a, a_again, a_changed) = (lora("a", 1), lora("b", 1), lora("a", 2));
+        assert_eq!(a.params.lora.as_ref().map(|l| l.digest()), Some(1));
+        // The first block's hash under the default seed: what the prefix cache keys on.
+        let root = |r: &EngineRequest| {
+            let mut hashes = Vec::new();
+            let root = crate::kv::block_hash::root_hash("0");
+            r.extra_keys
+                .chain(root)
+                .extend(&mut hashes, &[1, 2, 3, 4], 4);
+            hashes[0]
+        };
+        assert_ne!(root(&a), root(&base));
+        // The content decides, not the name.
+        assert_eq!(root(&a), root(&a_again));
+        assert_ne!(root(&a), root(&a_changed));
+    }
+
+    #[test]
     fn each_bound_names_its_field() {
         let l = RequestLimits {
             vocab_size: 10,

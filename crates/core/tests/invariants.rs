@@ -6,7 +6,8 @@
 //! groups whose blocks leave the table as the window passes (the fake executor checks every
 //! key each chunk's window sees). The KV cache events of every step (or a resync) add up to
 //! the pool's cached set (to the first group's part of it when there are several), and each
-//! `BlockStored` rehashes from its parent and tokens.
+//! `BlockStored` rehashes from its parent and tokens. Requests carry LoRA adapters too: never more than
+//! `max_loras` distinct ones run at once, and requests of every adapter still finish.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -61,6 +62,8 @@ enum Op {
         max_tokens: u32,
         n: u32,
         priority: i32,
+        /// 0: the base model, else adapter 1..=3.
+        lora: u8,
     },
     Step,
     Abort(usize),
@@ -74,9 +77,10 @@ fn op() -> impl Strategy<Value = Op> {
             prop::collection::vec(0u32..4, 1..20),
             1u32..12,
             1u32..3,
-            -2i32..2
+            -2i32..2,
+            0u8..4
         )
-            .prop_map(|(stem, tail, max_tokens, n, priority)| {
+            .prop_map(|(stem, tail, max_tokens, n, priority, lora)| {
                 let mut prompt: Vec<u32> = (0..stem as u32 * 4).collect();
                 prompt.extend(tail);
                 Op::Add {
@@ -84,6 +88,7 @@ fn op() -> impl Strategy<Value = Op> {
                     max_tokens,
                     n,
                     priority,
+                    lora,
                 }
             }),
         3 => Just(Op::Step),
@@ -105,6 +110,7 @@ proptest! {
         wrong_every in 0u32..4,
         layout in 0u8..3,
         window in 1usize..14,
+        max_loras in 0usize..3,
     ) {
         let config = SchedulerConfig {
             max_num_batched_tokens: max_batched,
@@ -113,6 +119,7 @@ proptest! {
             max_model_len: 48,
             policy: [SchedulingPolicy::Fcfs, SchedulingPolicy::Priority, SchedulingPolicy::Fair]
                 [usize::from(policy)],
+            max_loras,
             ..Default::default()
         };
         // One full group (the classic pool), or full and sliding groups sharing the pool, sized
@@ -155,8 +162,13 @@ proptest! {
         };
         for op in ops {
             match op {
-                Op::Add { prompt, max_tokens, n, priority } => {
+                Op::Add { prompt, max_tokens, n, priority, lora } => {
                     let mut r = request(next_id, prompt.clone(), max_tokens);
+                    if lora > 0 {
+                        let l = pagoda_core::LoraRef::new(format!("a{lora}"), u64::from(lora), std::sync::Arc::new(()));
+                        r.extra_keys.lora_id = Some(l.digest());
+                        r.params.lora = Some(l);
+                    }
                     r.params.n = n;
                     r.priority = priority;
                     r.tenant = Tenant { id: (next_id % 3) as u32, weight: 1 + (next_id % 2) as u32 };
@@ -189,6 +201,8 @@ proptest! {
             } else {
                 prop_assert!(subscriber.is_subset(&cached));
             }
+            let running = core.stats().running_loras.len();
+            prop_assert!(max_loras == 0 || running <= max_loras, "{} adapters run, max {}", running, max_loras);
         }
         let mut guard = 0;
         while core.has_work() {

@@ -85,6 +85,10 @@ pub struct EngineArgs {
     /// q8_0, q4_k, q4_0, or none (keep f32/f16/bf16). GGUF files keep their own types.
     #[arg(long, env = "PAGODA_QUANTIZATION", default_value = "q8_0", value_parser = ["q8_0", "q4_k", "q4_0", "none"])]
     pub quantization: String,
+    /// Most distinct LoRA adapters among running requests; requests of another adapter wait
+    /// (base-model requests never do).
+    #[arg(long, env = "PAGODA_MAX_LORAS", default_value_t = 8)]
+    pub max_loras: usize,
     /// Compute threads [default: all cores].
     #[arg(long, env = "PAGODA_THREADS")]
     pub threads: Option<usize>,
@@ -130,6 +134,7 @@ impl EngineArgs {
                 } else {
                     self.scheduling_policy
                 },
+                max_loras: self.max_loras,
                 context_shift_keep: self.context_shift.then_some(self.keep),
                 ..SchedulerConfig::default()
             },

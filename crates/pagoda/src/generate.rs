@@ -69,6 +69,12 @@ pub struct GenerateArgs {
     /// Stop when this text appears (repeat for several); it is not printed.
     #[arg(long)]
     stop: Vec<String>,
+    /// A LoRA adapter (GGUF LoRA file or PEFT directory) applied to every prompt.
+    #[arg(long)]
+    lora: Option<PathBuf>,
+    /// Multiplies the adapter's alpha / rank.
+    #[arg(long, default_value_t = 1.0, requires = "lora")]
+    lora_scale: f32,
     #[command(flatten)]
     engine: EngineArgs,
 }
@@ -157,7 +163,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
         };
         encoded.push(m.tokenizer.encode(&text, true, true));
     }
-    let request = ValidRequest::new(
+    let mut request = ValidRequest::new(
         m.engine.limits(),
         Unchecked {
             prompts: encoded,
@@ -175,6 +181,21 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
         },
         FLAGS,
     )?;
+    if let Some(p) = &args.lora {
+        let opts = pagoda_model::LoraOptions {
+            scale: args.lora_scale,
+            ..Default::default()
+        };
+        let adapter = pagoda_server::loras::read_adapter(p, &m.config, &opts)
+            .map_err(|e| anyhow::anyhow!("--lora {}: {e}", p.display()))?;
+        let digest = adapter.digest();
+        let name = p.display().to_string();
+        request.with_lora(&pagoda_core::LoraRef::new(
+            name,
+            digest,
+            std::sync::Arc::new(adapter),
+        ));
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

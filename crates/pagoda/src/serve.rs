@@ -85,6 +85,20 @@ pub struct ServeArgs {
     /// "buffer_steps", "hwm", "max_queue_size", "topic"}` (docs/scale-out.md).
     #[arg(long, env = "PAGODA_KV_EVENTS_CONFIG")]
     kv_events_config: Option<String>,
+    /// LoRA adapters served at start-up, `name=path` each (a GGUF LoRA file or a PEFT
+    /// directory); a request selects one by its name in `model`.
+    #[arg(long, num_args = 1.., value_name = "NAME=PATH")]
+    lora_modules: Vec<String>,
+    /// Highest adapter rank accepted.
+    #[arg(long, env = "PAGODA_MAX_LORA_RANK", default_value_t = 64)]
+    max_lora_rank: usize,
+    /// Adapters kept in memory (least recently used dropped beyond it, reloaded from disk when
+    /// asked for again); 0: no limit.
+    #[arg(long, env = "PAGODA_MAX_CPU_LORAS", default_value_t = 0)]
+    max_cpu_loras: usize,
+    /// Serve POST /v1/load_lora_adapter and /v1/unload_lora_adapter.
+    #[arg(long, env = "PAGODA_ENABLE_LORA_RUNTIME_UPDATES")]
+    enable_lora_runtime_updates: bool,
     #[command(flatten)]
     engine: EngineArgs,
 }
@@ -133,6 +147,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         kv_events: match &args.kv_events_config {
             Some(json) => pagoda_kv_events::KvEventsConfig::parse(json)?,
             None => None,
+        },
+        lora: pagoda_server::loras::LoraConfig {
+            modules: lora_modules(&args.lora_modules)?,
+            max_lora_rank: args.max_lora_rank,
+            max_cpu_loras: args.max_cpu_loras,
+            max_loras: args.engine.max_loras,
+            runtime_updates: args.enable_lora_runtime_updates,
         },
         ..ServerConfig::default()
     };
@@ -218,4 +239,17 @@ fn read_template(arg: &str) -> anyhow::Result<String> {
         return Ok(arg.to_owned());
     }
     anyhow::bail!("--chat-template: {arg:?} is neither a file nor a Jinja template")
+}
+
+/// `--lora-modules name=path ...`.
+fn lora_modules(specs: &[String]) -> anyhow::Result<Vec<(String, PathBuf)>> {
+    specs
+        .iter()
+        .map(|s| match s.split_once('=') {
+            Some((name, path)) if !name.is_empty() && !path.is_empty() => {
+                Ok((name.to_owned(), PathBuf::from(path)))
+            }
+            _ => anyhow::bail!("--lora-modules {s:?}: expected NAME=PATH"),
+        })
+        .collect()
 }

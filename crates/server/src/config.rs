@@ -53,6 +53,8 @@ pub struct ServerConfig {
     pub quantization: pagoda_hf::Quantization,
     /// Publish KV cache events over ZeroMQ (`--kv-events-config`, docs/scale-out.md).
     pub kv_events: Option<pagoda_kv_events::KvEventsConfig>,
+    /// LoRA adapters: the ones loaded at start-up and how many are kept.
+    pub lora: crate::loras::LoraConfig,
 }
 
 impl Default for ServerConfig {
@@ -78,6 +80,7 @@ impl Default for ServerConfig {
             response_store_max_age: Duration::from_secs(3600),
             quantization: pagoda_hf::Quantization::default(),
             kv_events: None,
+            lora: crate::loras::LoraConfig::default(),
         }
     }
 }

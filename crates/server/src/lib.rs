@@ -19,6 +19,7 @@ mod error_shape;
 mod generation;
 mod http_server;
 mod logprobs;
+pub mod loras;
 mod messages_input;
 mod messages_output;
 pub mod metrics;
@@ -92,7 +93,14 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/models", get(routes::models::models))
         .route("/v1/embeddings", post(routes::embeddings::embeddings))
         .route("/tokenize", post(routes::tokenize::tokenize))
-        .route("/detokenize", post(routes::tokenize::detokenize))
+        .route("/detokenize", post(routes::tokenize::detokenize));
+    let api = if state.config().lora.runtime_updates {
+        api.route("/v1/load_lora_adapter", post(routes::lora::load))
+            .route("/v1/unload_lora_adapter", post(routes::lora::unload))
+    } else {
+        api
+    };
+    let api = api
         // Before the route layer, so that the key check wraps the 405 as well.
         .method_not_allowed_fallback(wrong_method)
         .route_layer(middleware::from_fn_with_state(

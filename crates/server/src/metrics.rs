@@ -385,6 +385,44 @@ pub fn render_embedder(stats: &crate::embedder::EmbedderStats, model_name: &str)
     out
 }
 
+/// vLLM's `lora_requests_info` gauge (value: the scrape time, labels: the step limit and the
+/// comma-joined adapters of running and waiting requests), so LoRA-aware routers built for
+/// vLLM read it unchanged; and requests per adapter.
+pub fn render_loras(out: &mut String, stats: &EngineStats, loras: &crate::loras::LoraRegistry) {
+    let join = |names: &[std::sync::Arc<str>]| {
+        let v: Vec<&str> = names.iter().map(|n| &**n).collect();
+        escape_label(&v.join(","))
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    let label = format!(
+        "max_lora=\"{}\",running_lora_adapters=\"{}\",waiting_lora_adapters=\"{}\"",
+        loras.config().max_loras,
+        join(&stats.running_loras),
+        join(&stats.waiting_loras)
+    );
+    gauge(
+        out,
+        "pagoda:lora_requests_info",
+        "Running stats on lora requests.",
+        &label,
+        now,
+    );
+    let name = "pagoda:lora_requests_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Requests that named each LoRA adapter.\n# TYPE {name} counter"
+    );
+    for (adapter, _, requests, _) in loras.list() {
+        let _ = writeln!(
+            out,
+            "{name}{{lora_name=\"{}\"}} {requests}",
+            escape_label(&adapter)
+        );
+    }
+}
+
 pub(crate) fn counter(out: &mut String, name: &str, help: &str, label: &str, v: u64) {
     let _ = writeln!(
         out,

@@ -36,6 +36,8 @@ pub enum LoadError {
     AlreadyLoaded,
     #[error(transparent)]
     KvEvents(#[from] pagoda_kv_events::PublishError),
+    #[error("{0}")]
+    Lora(String),
 }
 
 /// How to load.
@@ -62,6 +64,8 @@ pub struct LoadedModel {
     pub report: KvReport,
     /// The KV events publisher, when on.
     pub kv_events: Option<KvEventsPublisher>,
+    /// The model's hyper-parameters (adapters are checked against them).
+    pub config: pagoda_model::ModelConfig,
 }
 
 /// Loads the GGUF at `path` and starts its engine; blocks (call it from a plain thread or
@@ -72,6 +76,7 @@ pub fn load_engine(path: &Path, opts: &LoadOptions<'_>) -> Result<LoadedModel, L
         tokenizer,
         model,
     } = open_model(path, opts.quantization)?;
+    let config = model.config().clone();
     let tokenizer = Arc::new(tokenizer);
     let template = ChatTemplate::from_gguf(&file, opts.chat_template)
         .map_err(|e| LoadError::Template(e.to_string()))?;
@@ -114,6 +119,7 @@ pub fn load_engine(path: &Path, opts: &LoadOptions<'_>) -> Result<LoadedModel, L
         structured,
         report,
         kv_events,
+        config,
     })
 }
 

@@ -43,6 +43,8 @@ pub struct Loaded {
     pub prefix_caching: bool,
     /// Publishes KV cache events (`--kv-events-config`); its overflow count is a metric.
     pub kv_events: Option<pagoda_kv_events::KvEventsPublisher>,
+    /// The LoRA adapters served over the model.
+    pub loras: Arc<crate::loras::LoraRegistry>,
 }
 
 struct Inner {
@@ -181,7 +183,18 @@ impl AppState {
                     tracing::warn!("structured output is unavailable: {e}");
                 }
             })?;
+        let loras = Arc::new(crate::loras::LoraRegistry::new(
+            self.0.config.lora.clone(),
+            m.config,
+            &self.0.config.served_model_name,
+        ));
+        for (name, path) in &self.0.config.lora.modules {
+            loras
+                .load(name, path)
+                .map_err(|e| LoadError::Lora(e.to_string()))?;
+        }
         let loaded = Loaded {
+            loras,
             engine: m.engine,
             tokenizer: m.tokenizer,
             template: m.template,

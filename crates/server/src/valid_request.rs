@@ -92,6 +92,15 @@ impl ValidRequest {
         })
     }
 
+    /// Runs every prompt with adapter `lora` (parameters and prefix-cache key).
+    pub fn with_lora(&mut self, lora: &pagoda_core::LoraRef) {
+        let requests = std::mem::take(&mut self.requests);
+        self.requests = requests
+            .into_iter()
+            .map(|r| r.with_lora(lora.clone()))
+            .collect();
+    }
+
     /// Files every prompt under `tenant` (scheduling and prefix-cache salt).
     pub fn for_tenant(&mut self, tenant: Tenant, salt: &str) {
         let requests = std::mem::take(&mut self.requests);

@@ -45,6 +45,8 @@ pub struct SamplingFields<'a> {
     pub prompt_logprobs: Option<u32>,
     /// The compiled structured-output constraint, when the request has one.
     pub constraint: Option<pagoda_core::ConstraintRef>,
+    /// The adapter the request's `model` names (`resolve_model`), `None` for the base model.
+    pub lora: Option<pagoda_core::LoraRef>,
 }
 
 /// A [`SamplingFields`] over `$req`, a chat or completions request: the fields both types name
@@ -82,6 +84,7 @@ macro_rules! sampling_fields {
                 .and_then(|o| o.continuous_usage_stats),
             prompt_logprobs: None,
             constraint: None,
+            lora: None,
         }
     }};
 }
@@ -117,6 +120,7 @@ impl SamplingFields<'_> {
             continuous_usage_stats: None,
             prompt_logprobs: None,
             constraint: None,
+            lora: None,
         }
     }
 }
@@ -156,14 +160,40 @@ pub fn str_field<'a>(
         .ok_or_else(|| ValidationError::invalid(format!("{field}.{key}"), "a string"))
 }
 
-/// 404 unless `model` is the served name.
+/// 404 unless `model` is the served name or one of its LoRA adapters.
 pub fn check_model(state: &AppState, model: &str) -> Result<(), ValidationError> {
+    if model == state.config().served_model_name
+        || state.loaded().is_ok_and(|l| l.loras.contains(model))
+    {
+        return Ok(());
+    }
+    Err(ValidationError::ModelNotFound {
+        model: model.to_owned(),
+    })
+}
+
+/// What a generation request's `model` selects: the base model (`None`) or one of its
+/// adapters (read back from disk when it was evicted); 404 for any other name. The one place
+/// `model` picks an adapter.
+pub fn resolve_model(
+    state: &AppState,
+    model: &str,
+) -> Result<Option<pagoda_core::LoraRef>, ValidationError> {
+    check_model(state, model)?;
     if model == state.config().served_model_name {
-        Ok(())
-    } else {
-        Err(ValidationError::ModelNotFound {
-            model: model.to_owned(),
-        })
+        return Ok(None);
+    }
+    let not_found = || ValidationError::ModelNotFound {
+        model: model.to_owned(),
+    };
+    let loaded = state.loaded().map_err(|_| not_found())?;
+    match loaded.loras.resolve(model) {
+        Ok(l) => Ok(Some(l)),
+        Err(crate::loras::LoraServeError::NotFound(_)) => Err(not_found()),
+        Err(e) => Err(ValidationError::NotFound {
+            field: "model",
+            message: e.to_string(),
+        }),
     }
 }
 
@@ -247,6 +277,7 @@ pub fn build(
         n: f.n.unwrap_or(1),
         prompt_logprobs: f.prompt_logprobs,
         constraint: f.constraint.clone(),
+        // Set with the prefix-cache key by `ValidRequest::with_lora` below.
         lora: None,
     };
     // OpenAI's temperature range; the engine accepts more, clients expect this bound.
@@ -274,5 +305,9 @@ pub fn build(
         stream,
         include_usage: f.include_usage.unwrap_or(false),
     };
-    ValidRequest::new(loaded.engine.limits(), unchecked, names)
+    let mut request = ValidRequest::new(loaded.engine.limits(), unchecked, names)?;
+    if let Some(lora) = &f.lora {
+        request.with_lora(lora);
+    }
+    Ok(request)
 }

@@ -77,7 +77,7 @@ fn prepare(
     req: ChatCompletionRequest,
 ) -> Result<(ValidRequest, Chat), ValidationError> {
     validate::reject_unknown(&req.extra)?;
-    validate::check_model(state, &req.model)?;
+    let lora = validate::resolve_model(state, &req.model)?;
     let later = "not supported yet";
     validate::refuse(
         "functions",
@@ -186,6 +186,7 @@ fn prepare(
         logprobs: top,
     );
     fields.constraint = constraint;
+    fields.lora = lora;
     fields.prompt_logprobs = req.prompt_logprobs;
     let request = validate::build(state, loaded, &fields, vec![prompt])?;
     Ok((

@@ -65,7 +65,7 @@ fn prepare(
     req: CompletionRequest,
 ) -> Result<(ValidRequest, Completions), ValidationError> {
     validate::reject_unknown(&req.extra)?;
-    validate::check_model(state, &req.model)?;
+    let lora = validate::resolve_model(state, &req.model)?;
     if let Some(b) = req.best_of
         && b != req.n.unwrap_or(1)
     {
@@ -119,6 +119,7 @@ fn prepare(
         logprobs: req.logprobs,
     );
     fields.constraint = constraint;
+    fields.lora = lora;
     // One count of prompt alternatives serves both `prompt_logprobs` and echoed logprobs.
     fields.prompt_logprobs = match (req.prompt_logprobs, echo && req.logprobs.is_some()) {
         (Some(p), true) if Some(p) != req.logprobs => {

@@ -41,7 +41,7 @@ impl GenerationEndpoint for Messages {
         req: MessagesRequest,
     ) -> Result<(ValidRequest, Self), ValidationError> {
         validate::reject_unknown(&req.extra)?;
-        validate::check_model(state, &req.model)?;
+        let lora = validate::resolve_model(state, &req.model)?;
         validate::refuse("thinking", &req.thinking, "no thinking models are served")?;
         if req
             .service_tier
@@ -81,6 +81,7 @@ impl GenerationEndpoint for Messages {
             ));
         }
         let mut f = SamplingFields::new(FieldNames::MESSAGES, Some(req.max_tokens));
+        f.lora = lora;
         f.temperature = req.temperature;
         f.top_p = req.top_p;
         f.top_k = req.top_k;

@@ -25,6 +25,9 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
             p.overflows.load(std::sync::atomic::Ordering::Relaxed),
         );
     }
+    if let (Ok(l), Some(s)) = (state.loaded(), stats.as_ref()) {
+        crate::metrics::render_loras(&mut text, s, &l.loras);
+    }
     if let Ok(e) = state.embedder() {
         text.push_str(&crate::metrics::render_embedder(&e.stats, name));
     }

@@ -4,6 +4,7 @@ pub mod chat;
 pub mod completions;
 pub mod embeddings;
 pub mod health;
+pub mod lora;
 pub mod messages;
 pub mod metrics;
 pub mod models;

@@ -1,4 +1,5 @@
-//! `GET /v1/models`: the one served model.
+//! `GET /v1/models`: the served model, then its LoRA adapters (`parent` = the model), as vLLM
+//! lists them.
 
 use axum::Json;
 use axum::extract::State;
@@ -8,8 +9,18 @@ use pagoda_protocol::{ModelCard, ModelList};
 use crate::state::AppState;
 
 pub async fn models(State(state): State<AppState>) -> Response {
-    let mut card = ModelCard::new(&state.config().served_model_name, state.created(), "pagoda");
+    let base = &state.config().served_model_name;
+    let mut card = ModelCard::new(base, state.created(), "pagoda");
+    let mut adapters = Vec::new();
     if let Ok(l) = state.loaded() {
+        for (name, path, _, _) in l.loras.list() {
+            let mut a = ModelCard::new(&name, state.created(), "pagoda");
+            a.root = Some(path);
+            a.parent = Some(base.clone());
+            a.max_model_len = Some(l.engine.max_model_len() as u32);
+            a.task = Some("generate".to_owned());
+            adapters.push(a);
+        }
         card.root = Some(l.model_path.clone());
         card.max_model_len = Some(l.engine.max_model_len() as u32);
         card.task = Some("generate".to_owned());
@@ -18,5 +29,7 @@ pub async fn models(State(state): State<AppState>) -> Response {
         card.max_model_len = Some(e.max_seq_len as u32);
         card.task = Some("embed".to_owned());
     }
-    Json(ModelList::new(vec![card])).into_response()
+    let mut cards = vec![card];
+    cards.extend(adapters);
+    Json(ModelList::new(cards)).into_response()
 }

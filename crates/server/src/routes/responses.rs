@@ -44,7 +44,7 @@ impl GenerationEndpoint for Responses {
         req: ResponsesRequest,
     ) -> Result<(ValidRequest, Self), ValidationError> {
         check_extra(&req.extra)?;
-        validate::check_model(state, &req.model)?;
+        let lora = validate::resolve_model(state, &req.model)?;
         if let Some(u) = &req.user {
             tracing::info!(user = u.as_str(), "responses request");
         }
@@ -85,6 +85,7 @@ impl GenerationEndpoint for Responses {
         let prompt = tokenize(loaded, &prompt_text, None);
 
         let mut f = SamplingFields::new(FieldNames::RESPONSES, req.max_output_tokens);
+        f.lora = lora;
         f.temperature = req.temperature;
         f.top_p = req.top_p;
         f.seed = req.seed;
