@@ -45,7 +45,7 @@ fn event(out: &mut Vec<u8>, e: &KvEvent) {
             }
             uint(out, *block_size as u64);
             match lora_id {
-                Some(id) => uint(out, u64::from(*id)),
+                Some(id) => uint(out, *id),
                 None => out.push(0xc0),
             }
             str(out, MEDIUM);

@@ -314,11 +314,11 @@ fn an_adapters_rows_do_not_depend_on_the_batch() {
         common::prompt(33, 1, 250, 3),
         common::prompt(1, 1, 250, 4),
     );
-    let alone = step_rows(&mut e, &[(&px, Some(0))], &[x.clone()], 0);
+    let alone = step_rows(&mut e, &[(&px, Some(0))], std::slice::from_ref(&x), 0);
     let with_base = step_rows(
         &mut e,
         &[(&p1, None), (&px, Some(0)), (&p2, None)],
-        &[x.clone()],
+        std::slice::from_ref(&x),
         1,
     );
     let with_others = step_rows(

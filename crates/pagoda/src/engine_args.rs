@@ -136,7 +136,6 @@ impl EngineArgs {
                 },
                 max_loras: self.max_loras,
                 context_shift_keep: self.context_shift.then_some(self.keep),
-                ..SchedulerConfig::default()
             },
             kv_cache_memory,
             block_size: self.block_size,

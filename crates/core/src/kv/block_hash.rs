@@ -82,7 +82,7 @@ impl ExtraKeys {
         }
         cbor::array(&mut out, len);
         if let Some(id) = self.lora_id {
-            cbor::uint(&mut out, u64::from(id));
+            cbor::uint(&mut out, id);
         }
         if let Some(s) = salt {
             cbor::text(&mut out, s);

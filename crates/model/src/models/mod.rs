@@ -450,6 +450,7 @@ impl Model {
     }
 
     /// `out[t][d] = down(act(gate h) * up h)`.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn ffn(
         &self,
         il: usize,
