@@ -16,7 +16,7 @@ use std::collections::{HashMap, HashSet};
 
 use common::*;
 use pagoda_core::kv::KvGroup;
-use pagoda_core::kv::block_hash::{hash_block, root_hash};
+use pagoda_core::kv::block_hash::{ExtraKeys, hash_block, root_hash};
 use pagoda_core::kv::{BlockHash, KvEvent};
 use pagoda_core::{
     FinishReason, NumSpecTokens, SchedulerConfig, SchedulingPolicy, SpecConfig, SpecMethod, Tenant,
@@ -33,13 +33,20 @@ fn apply_events(set: &mut HashSet<BlockHash>, events: Vec<KvEvent>) -> Result<()
                 parent_block_hash,
                 token_ids,
                 block_size,
+                lora_id,
                 ..
             } => {
+                let first = parent_block_hash.is_none();
                 let mut parent = parent_block_hash.unwrap_or(root);
+                // The ops use no salt; the adapter (when any) is on every block.
+                let keys = ExtraKeys {
+                    lora_id,
+                    cache_salt: None,
+                };
                 for (i, h) in block_hashes.iter().enumerate() {
                     let toks = &token_ids[i * block_size..(i + 1) * block_size];
-                    // No extra keys: the CBOR null.
-                    prop_assert_eq!(hash_block(&parent, toks, &[0xf6]), *h);
+                    let extra = keys.encode(first && i == 0);
+                    prop_assert_eq!(hash_block(&parent, toks, &extra), *h);
                     parent = *h;
                     set.insert(*h);
                 }

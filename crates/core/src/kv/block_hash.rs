@@ -72,7 +72,7 @@ impl ExtraKeys {
 
     /// vLLM's per-block extra keys: `None` when empty, else the tuple (adapter, then the cache
     /// salt on the first block only: the chain carries it to every later block).
-    fn encode(&self, first_block: bool) -> Vec<u8> {
+    pub fn encode(&self, first_block: bool) -> Vec<u8> {
         let salt = self.cache_salt.as_deref().filter(|_| first_block);
         let len = usize::from(self.lora_id.is_some()) + usize::from(salt.is_some());
         let mut out = Vec::new();
