@@ -165,6 +165,11 @@ impl BlockPool {
         self.events = Some(KvEventLog::new(block_size));
     }
 
+    /// Whether KV events are recorded.
+    pub fn events_on(&self) -> bool {
+        self.events.is_some()
+    }
+
     /// The event log, when events are on.
     pub fn events_mut(&mut self) -> Option<&mut KvEventLog> {
         self.events.as_mut()

@@ -360,11 +360,17 @@ impl KvCacheManager {
         // Runs of newly cached blocks of the first group, for KV events: [start, end) block
         // indices. The first group is a full-attention one whenever the model has one
         // (`KvGroupPlan` puts them first), and its keys are the block hashes themselves.
+        // Collected only when events are on: no work per step otherwise.
+        let publish = self.pool.events_on();
         let mut runs: Vec<(usize, usize)> = Vec::new();
         for j in *done..full {
             let h = req.block_hashes[j];
             for (g, table) in tables.iter().enumerate() {
-                if table[j] != NULL_BLOCK && self.pool.cache(table[j], group_key(h, g)) && g == 0 {
+                if table[j] != NULL_BLOCK
+                    && self.pool.cache(table[j], group_key(h, g))
+                    && g == 0
+                    && publish
+                {
                     match runs.last_mut() {
                         Some(r) if r.1 == j => r.1 = j + 1,
                         _ => runs.push((j, j + 1)),
