@@ -96,6 +96,13 @@ pub(super) fn read_loop(shared: &Shared, rx: Receiver<(LoadTicket, Vec<BlockHash
             let new = 0.5 * old + 0.5 * bytes as f64 / secs;
             shared.read_bps.store(new.to_bits(), Ordering::Relaxed);
         }
+        tracing::debug!(
+            blocks = out.len(),
+            mib = bytes as f64 / 1048576.0,
+            ms = secs * 1e3,
+            mib_per_s = bytes as f64 / 1048576.0 / secs.max(1e-9),
+            "KV disk tier: read"
+        );
         let c = &shared.counters;
         c.blocks_read.fetch_add(out.len() as u64, Ordering::Relaxed);
         c.bytes_read.fetch_add(bytes, Ordering::Relaxed);

@@ -81,21 +81,22 @@ impl KvCacheManager {
             .collect();
         self.pool.touch(&held);
         let mut wanted = Vec::new();
-        for j in 0..whole {
-            let Some(&h) = req.block_hashes.get(load.first_block + j) else {
+        for j in load.first_block..load.first_block + whole {
+            let Some(&h) = req.block_hashes.get(j) else {
                 break;
             };
             for g in 0..groups {
                 let key = group_key(h, g);
                 if self.pool.lookup(key).is_none() {
-                    wanted.push((g, key));
+                    wanted.push((j, g, key));
                 }
             }
         }
         wanted.truncate(self.pool.num_free());
         let ids = self.pool.allocate(wanted.len()).unwrap_or_default();
         let mut loads = Vec::with_capacity(ids.len());
-        for (&b, &(g, key)) in ids.iter().zip(&wanted) {
+        let bs = self.block_size;
+        for (&b, &(j, g, key)) in ids.iter().zip(&wanted) {
             self.block_group[b as usize] = g as u16;
             if self.pool.cache(b, key) {
                 loads.push(KvLoad {
@@ -103,6 +104,17 @@ impl KvCacheManager {
                     key,
                     ticket: load.ticket,
                 });
+                // A stored block like any other for KV events (first group only, as there).
+                if g == 0
+                    && let Some(log) = self.pool.events_mut()
+                {
+                    log.stored(
+                        &req.block_hashes[j..=j],
+                        j.checked_sub(1).map(|p| req.block_hashes[p]),
+                        &req.token_ids[j * bs..(j + 1) * bs],
+                        req.hash_chain.lora_id(),
+                    );
+                }
             }
         }
         // Last blocks first into the free queue, so the prefix's head is evicted last.
