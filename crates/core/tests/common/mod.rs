@@ -41,6 +41,8 @@ pub struct FakeExecutor {
 
 /// Slot contents of one block.
 type Slots = Vec<Option<(u32, usize)>>;
+/// A read's state: finished, and the blocks read (in key order, up to the first missing one).
+type Read = (bool, Vec<(BlockHash, Slots)>);
 
 /// A lower KV tier in memory: saved blocks are their slots' (token, position) contents, a
 /// read finishes at the second poll (so sequences really wait in the loading state), and
@@ -48,8 +50,7 @@ type Slots = Vec<Option<(u32, usize)>>;
 #[derive(Debug, Default)]
 pub struct FakeTier {
     store: Mutex<HashMap<BlockHash, Slots>>,
-    /// Per read: finished, and the blocks read (in key order, up to the first missing one).
-    reads: Mutex<HashMap<LoadTicket, (bool, Vec<(BlockHash, Slots)>)>>,
+    reads: Mutex<HashMap<LoadTicket, Read>>,
     pending: Mutex<HashMap<LoadTicket, Vec<BlockHash>>>,
     next: Mutex<LoadTicket>,
     pub forget_every: u8,
