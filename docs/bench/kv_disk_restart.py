@@ -69,7 +69,7 @@ def stop(proc):
 def ttft(port, prompt):
     start = time.time()
     r = post(f"http://127.0.0.1:{port}/v1/completions",
-             {"model": "m", "prompt": prompt, "max_tokens": 1, "temperature": 0})
+             {"model": "SmolLM2-135M-Instruct.Q4_1", "prompt": prompt, "max_tokens": 1, "temperature": 0})
     return time.time() - start, r["usage"]["prompt_tokens_details"]["cached_tokens"]
 
 
@@ -85,15 +85,19 @@ def main():
         # Another prompt each round: no round reuses another's blocks.
         prompt = [1000 + (i * 37 + rnd * 101) % 20000 for i in range(a.tokens)]
         disk = tempfile.mkdtemp(prefix="pagoda-kv-disk-bench-")
-        logpath = os.path.join(disk, "..", os.path.basename(disk) + ".log")
+        logpath = disk + ".log"
         with open(logpath, "w") as log:
             p = serve(a.pagoda, a.port, disk, log)
-            cold, c0 = ttft(a.port, prompt)
-            stop(p)
+            try:
+                cold, c0 = ttft(a.port, prompt)
+            finally:
+                stop(p)
             p = serve(a.pagoda, a.port, disk, log)
-            warm, c1 = ttft(a.port, prompt)
-            stop(p)
-        text = open(logpath).read()
+            try:
+                warm, c1 = ttft(a.port, prompt)
+            finally:
+                stop(p)
+        text = re.sub(r"\x1b\[[0-9;]*m", "", open(logpath).read())
         for m in re.finditer(r"KV disk tier: read.*?blocks=(\d+) mib=([\d.]+) ms=([\d.]+)", text):
             reads.append((int(m.group(1)), float(m.group(2)), float(m.group(3))))
         print(f"round {rnd}: cold {cold * 1e3:.0f} ms (cached {c0}), "

@@ -1,11 +1,36 @@
-//! One KV block as bytes: every arena slot's K then V values of the block (little-endian
-//! elements), then for int8 every slot's K then V scales. A block's payload is a function of
-//! its id alone (`kv_cache.rs`), whichever KV group it serves, so saving and restoring it is a
-//! copy of fixed ranges.
-
-use half::f16;
+//! One KV block as bytes: every arena slot's K then V values of the block, then for int8 every
+//! slot's K then V scales, each element little-endian as in memory. A block's payload is a
+//! function of its id alone (`kv_cache.rs`), whichever KV group it serves, so saving and
+//! restoring it is a memcpy of fixed ranges (about 0.1 ms for SmolLM2's 360 KiB block).
 
 use crate::kv_cache::{Arenas, KvCache};
+
+// The file format is little-endian and the copies below are of memory as it is.
+const _: () = assert!(
+    cfg!(target_endian = "little"),
+    "the KV disk tier's block files are little-endian"
+);
+
+/// Element types of the arenas: plain numbers, no padding, every bit pattern valid.
+trait Plain: Copy {}
+impl Plain for f32 {}
+impl Plain for half::f16 {}
+impl Plain for i8 {}
+
+fn push<T: Plain>(out: &mut Vec<u8>, v: &[T]) {
+    // SAFETY: `T` is a plain number type (f32, f16 = repr(transparent) u16, i8) without padding,
+    // so its memory is `size_of_val(v)` initialised bytes.
+    let bytes = unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), size_of_val(v)) };
+    out.extend_from_slice(bytes);
+}
+
+fn fill<T: Plain>(dst: &mut [T], src: &[u8]) {
+    debug_assert_eq!(src.len(), size_of_val(dst));
+    let n = src.len().min(size_of_val(dst));
+    // SAFETY: at most `size_of_val(dst)` bytes are copied into `dst`, from a distinct buffer;
+    // every bit pattern is a valid `T` (plain numbers), so `dst` stays valid.
+    unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst.as_mut_ptr().cast::<u8>(), n) };
+}
 
 impl KvCache {
     /// Bytes of one block's payload.
@@ -29,34 +54,17 @@ impl KvCache {
         }
         out.reserve(self.block_payload_len());
         match self.arenas() {
-            Arenas::F32 { k, v } => {
-                for a in k.iter().chain(v) {
-                    a[vals.clone()]
-                        .iter()
-                        .for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
-                }
-            }
-            Arenas::F16 { k, v } => {
-                for a in k.iter().chain(v) {
-                    a[vals.clone()]
-                        .iter()
-                        .for_each(|x| out.extend_from_slice(&x.to_bits().to_le_bytes()));
-                }
-            }
+            Arenas::F32 { k, v } => k.iter().chain(v).for_each(|a| push(out, &a[vals.clone()])),
+            Arenas::F16 { k, v } => k.iter().chain(v).for_each(|a| push(out, &a[vals.clone()])),
             Arenas::Int8 {
                 k,
                 v,
                 k_scales,
                 v_scales,
             } => {
-                for a in k.iter().chain(v) {
-                    out.extend(a[vals.clone()].iter().map(|&x| x as u8));
-                }
-                for s in k_scales.iter().chain(v_scales) {
-                    s[rows.clone()]
-                        .iter()
-                        .for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
-                }
+                k.iter().chain(v).for_each(|a| push(out, &a[vals.clone()]));
+                let scales = k_scales.iter().chain(v_scales);
+                scales.for_each(|s| push(out, &s[rows.clone()]));
             }
         }
     }
@@ -77,18 +85,12 @@ impl KvCache {
         match self.arenas_mut() {
             Arenas::F32 { k, v } => {
                 for a in k.iter_mut().chain(v) {
-                    let src = take(vals.len() * 4);
-                    for (d, c) in a[vals.clone()].iter_mut().zip(src.chunks_exact(4)) {
-                        *d = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-                    }
+                    fill(&mut a[vals.clone()], take(vals.len() * 4));
                 }
             }
             Arenas::F16 { k, v } => {
                 for a in k.iter_mut().chain(v) {
-                    let src = take(vals.len() * 2);
-                    for (d, c) in a[vals.clone()].iter_mut().zip(src.chunks_exact(2)) {
-                        *d = f16::from_bits(u16::from_le_bytes([c[0], c[1]]));
-                    }
+                    fill(&mut a[vals.clone()], take(vals.len() * 2));
                 }
             }
             Arenas::Int8 {
@@ -98,16 +100,10 @@ impl KvCache {
                 v_scales,
             } => {
                 for a in k.iter_mut().chain(v.iter_mut()) {
-                    let src = take(vals.len());
-                    for (d, &c) in a[vals.clone()].iter_mut().zip(src) {
-                        *d = c as i8;
-                    }
+                    fill(&mut a[vals.clone()], take(vals.len()));
                 }
                 for s in k_scales.iter_mut().chain(v_scales.iter_mut()) {
-                    let src = take(rows.len() * 4);
-                    for (d, c) in s[rows.clone()].iter_mut().zip(src.chunks_exact(4)) {
-                        *d = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-                    }
+                    fill(&mut s[rows.clone()], take(rows.len() * 4));
                 }
             }
         }
