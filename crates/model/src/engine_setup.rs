@@ -177,7 +177,11 @@ pub fn build_engine_with_draft(
     let mut exec = CpuExecutor::with_plan(model, plan, cache.num_blocks, cache.block_size)?;
     let tier = match &setup.kv_disk {
         Some(c) if setup.enable_prefix_caching => Some(Arc::new(open_tier(c, &mut exec, &cache)?)),
-        _ => None,
+        Some(c) => {
+            tracing::warn!(dir = %c.dir.display(), "KV disk tier off: prefix caching is off");
+            None
+        }
+        None => None,
     };
     let mut runner = ModelRunner::new(exec);
     if let Some(t) = &tier {
