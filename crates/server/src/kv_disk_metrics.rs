@@ -72,3 +72,30 @@ pub(crate) fn render(out: &mut String, label: &str, s: &KvTierStats) {
         s.bytes_stored,
     );
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_series_carries_its_value() {
+        let s = pagoda_core::kv::KvTierStats {
+            enabled: true,
+            hits: 3,
+            blocks_read: 3,
+            blocks_dropped: 2,
+            bytes_stored: 4096,
+            ..Default::default()
+        };
+        let mut out = String::new();
+        super::render(&mut out, "model_name=\"m\"", &s);
+        for line in [
+            "pagoda:kv_disk_enabled{model_name=\"m\"} 1",
+            "pagoda:kv_disk_hits_total{model_name=\"m\"} 3",
+            "pagoda:kv_disk_blocks_read_total{model_name=\"m\"} 3",
+            "pagoda:kv_disk_blocks_dropped_total{model_name=\"m\"} 2",
+            "pagoda:kv_disk_bytes{model_name=\"m\"} 4096",
+            "# TYPE pagoda:kv_disk_misses_total counter",
+        ] {
+            assert!(out.lines().any(|l| l == line), "{line} missing in\n{out}");
+        }
+    }
+}
