@@ -1,7 +1,7 @@
 //! One step's adapters and which rows use them. The base matmul runs over every row; then each
-//! row whose sequence has an adapter gets that adapter's low-rank product added, row by row
-//! (rows of one adapter share its A and B from cache), so a row's result does not depend on what
-//! else is in the batch.
+//! row whose sequence has an adapter gets that adapter's low-rank product added, adapter by
+//! adapter over its rows (which then share its A and B from cache), each row on its own, so a
+//! row's result does not depend on what else is in the batch.
 
 use std::sync::Arc;
 
@@ -68,12 +68,17 @@ impl LoraRows {
         let (d_in, d_out) = (x.len() / t, y.len() / t);
         let adapters = &self.adapters;
         parallel::for_rows(t, [y], &|r, [y]| {
-            for (j, i) in r.enumerate() {
-                let Some(a) = adapters.get(rows[i] as usize) else {
+            // One adapter's rows one after another, so its A and B (up to a few hundred KB per
+            // projection) are read from memory once per thread, not once per row when the
+            // batch interleaves adapters. Each row is still computed on its own.
+            for (ai, a) in adapters.iter().enumerate() {
+                let Some(w) = a.get(il, target) else {
                     continue;
                 };
-                if let Some(w) = a.get(il, target) {
-                    w.apply(&x[i * d_in..][..d_in], &mut y[j * d_out..][..d_out]);
+                for (j, i) in r.clone().enumerate() {
+                    if rows[i] as usize == ai {
+                        w.apply(&x[i * d_in..][..d_in], &mut y[j * d_out..][..d_out]);
+                    }
                 }
             }
         });
