@@ -1,5 +1,5 @@
 //! Speculative decoding on the real Qwen2.5-Coder pair (1.5B target, 0.5B draft: one
-//! vocabulary): with n-gram, suffix (`auto` K) and draft-model proposals, every
+//! vocabulary): with suffix (`auto` K) and draft-model proposals, every
 //! request of a mixed batch (a code edit that copies its prompt, a chat answer, a JSON-schema
 //! constrained answer, logprobs, a seeded sampled `n = 2`) gives exactly the tokens and
 //! logprobs of plain decoding, and the copying request has most of its proposals accepted.
@@ -126,11 +126,11 @@ fn every_method_matches_plain_decoding_on_the_qwen_pair() {
     let edited = tok.decode(&plain[&(0, 0)].0, true);
     assert!(edited.contains("fn surface"), "{edited}");
     let draft = SpecMethod::DraftModel { path: DRAFT.into() };
+    // The n-gram proposer shares the suffix proposer's verification path on the engine side
+    // (its proposals are checked in crates/spec and on tiny models); the real pair runs the two
+    // that differ there, a prompt-copying proposer with `auto` K and a draft model, to keep CI
+    // time.
     for (method, k) in [
-        (
-            SpecMethod::Ngram { min_n: 2, max_n: 4 },
-            NumSpecTokens::Fixed(4),
-        ),
         (SpecMethod::Suffix, NumSpecTokens::Auto { max: 4 }),
         (draft, NumSpecTokens::Fixed(3)),
     ] {

@@ -7,7 +7,7 @@ stream their arguments as they are generated. Also a named
 Runs every check, prints one line per check, exits 1 if any failed.
 Started by crates/server/tests/front_apis.rs for each tool-trained model.
 
-Usage: tool_round_trip.py --base-url http://127.0.0.1:PORT/v1 --model NAME
+Usage: tool_round_trip.py --base-url http://127.0.0.1:PORT/v1 --model NAME [--checks a,b]
 """
 
 import argparse
@@ -158,10 +158,18 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--base-url", required=True)
     p.add_argument("--model", required=True)
+    p.add_argument("--checks", help="comma-separated check names (default: all)")
     args = p.parse_args()
     c = Ctx(args)
     failed = []
-    for fn in CHECKS:
+    checks = CHECKS
+    if args.checks:
+        wanted = args.checks.split(",")
+        unknown = set(wanted) - {fn.__name__ for fn in CHECKS}
+        if unknown:
+            sys.exit(f"unknown checks: {sorted(unknown)}")
+        checks = [fn for fn in CHECKS if fn.__name__ in wanted]
+    for fn in checks:
         try:
             fn(c)
             print(f"ok    {fn.__name__}")
@@ -170,7 +178,7 @@ def main():
             print(f"FAIL  {fn.__name__}: {e}")
             if not isinstance(e, Failed):
                 traceback.print_exc()
-    print(f"{len(CHECKS) - len(failed)}/{len(CHECKS)} checks passed")
+    print(f"{len(checks) - len(failed)}/{len(checks)} checks passed")
     sys.exit(1 if failed else 0)
 
 
