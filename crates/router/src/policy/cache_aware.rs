@@ -1,0 +1,78 @@
+//! `cache_aware`: the replica whose prefix cache (as its KV events say) saves the most
+//! prefill, against its load. Cost (NVIDIA Dynamo's KV router): uncached prompt blocks +
+//! `decode_weight` x requests in flight; the lowest cost wins, ties rotate. When load is
+//! skewed (max - min > `balance_abs` and max > `balance_rel` x min, SGLang's rule) the least
+//! loaded replica wins instead, so one hot prefix cannot pile everything on one replica.
+//! Without a prompt (not tokenizable) it is least load.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+
+use super::{Choice, Policy, argmin_rotating};
+use crate::config::CacheAwareTuning;
+use crate::routing_key::RoutingKey;
+use crate::worker::Worker;
+
+/// The tuning and the tie-break turn.
+#[derive(Debug)]
+pub struct CacheAware {
+    tuning: CacheAwareTuning,
+    turn: AtomicUsize,
+}
+
+impl CacheAware {
+    pub fn new(tuning: CacheAwareTuning) -> Self {
+        Self {
+            tuning,
+            turn: AtomicUsize::new(0),
+        }
+    }
+
+    fn skewed(&self, loads: &[usize]) -> bool {
+        let (Some(&max), Some(&min)) = (loads.iter().max(), loads.iter().min()) else {
+            return false;
+        };
+        max - min > self.tuning.balance_abs && max as f64 > self.tuning.balance_rel * min as f64
+    }
+}
+
+impl Policy for CacheAware {
+    fn select(&self, workers: &[Arc<Worker>], key: &RoutingKey) -> Choice {
+        let loads: Vec<usize> = workers.iter().map(|w| w.load()).collect();
+        let least = |turn: &AtomicUsize| argmin_rotating(workers.len(), turn, |i| loads[i]);
+        if !key.is_some() {
+            return Choice::plain(least(&self.turn));
+        }
+        // Hashes once per distinct block size (replicas of one model share one).
+        let mut by_size: Vec<(usize, Vec<u64>)> = Vec::new();
+        let matched: Vec<(usize, usize)> = workers
+            .iter()
+            .map(|w| {
+                let bs = w.block_size();
+                let hashes = match by_size.iter().position(|(s, _)| *s == bs) {
+                    Some(i) => &by_size[i].1,
+                    None => {
+                        by_size.push((bs, key.hashes(bs)));
+                        &by_size[by_size.len() - 1].1
+                    }
+                };
+                (w.matched(hashes), hashes.len())
+            })
+            .collect();
+        let balanced = self.skewed(&loads);
+        let index = if balanced {
+            least(&self.turn)
+        } else {
+            argmin_rotating(workers.len(), &self.turn, |i| {
+                let (hit, total) = matched[i];
+                (total - hit) as f64 + self.tuning.decode_weight * loads[i] as f64
+            })
+        };
+        Choice {
+            index,
+            matched_blocks: matched[index].0,
+            prompt_blocks: matched[index].1,
+            balanced,
+        }
+    }
+}
