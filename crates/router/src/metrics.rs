@@ -40,7 +40,7 @@ impl RouterMetrics {
     pub fn render(&self, pool: &Pool, policy: &str) -> String {
         let mut out = String::new();
         let workers = pool.workers();
-        let per_worker: [(&str, &str, &str, fn(&Worker) -> u64); 7] = [
+        let per_worker: [PerWorker; 7] = [
             (
                 "requests_total",
                 "counter",
@@ -132,6 +132,9 @@ impl RouterMetrics {
         out
     }
 }
+
+/// A per-replica series: name, type, help, and how to read it.
+type PerWorker = (&'static str, &'static str, &'static str, fn(&Worker) -> u64);
 
 fn escape(s: &str) -> String {
     s.replace('\\', "\\\\").replace('"', "\\\"")

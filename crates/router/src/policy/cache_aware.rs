@@ -76,3 +76,59 @@ impl Policy for CacheAware {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use pagoda_block_hash::root_hash;
+    use pagoda_kv_events::WireEvent;
+
+    use super::*;
+    use crate::config::WorkerSpec;
+    use crate::worker::{Health, InFlight};
+
+    fn worker(port: u16) -> Arc<Worker> {
+        let spec = WorkerSpec::parse(&format!("http://127.0.0.1:{port}"));
+        let w = Arc::new(Worker::new(spec.unwrap_or_else(|e| panic!("{e}"))));
+        w.set_health(Health::Ready);
+        w
+    }
+
+    fn busy(w: &Arc<Worker>, n: usize) -> Vec<InFlight> {
+        (0..n).map(|_| w.start()).collect()
+    }
+
+    #[test]
+    fn the_holder_wins_until_load_is_skewed() {
+        let (a, b) = (worker(1), worker(2));
+        let key = RoutingKey::new((0..160).collect(), root_hash("0"), None);
+        let hashes = key.hashes(16);
+        assert_eq!(hashes.len(), 10);
+        if let Ok(mut ix) = b.index.lock() {
+            ix.apply(&WireEvent::BlockStored {
+                block_hashes: hashes,
+                parent_block_hash: None,
+                token_ids: (0..160).collect(),
+                block_size: 16,
+            });
+        }
+        let ws = [Arc::clone(&a), Arc::clone(&b)];
+        let policy = CacheAware::new(CacheAwareTuning::default());
+        for _ in 0..3 {
+            let c = policy.select(&ws, &key);
+            assert_eq!((c.index, c.matched_blocks, c.prompt_blocks), (1, 10, 10));
+        }
+        // Two requests in flight cost 8 blocks, still less than the 10 uncached on `a`.
+        let _two = busy(&b, 2);
+        assert_eq!(policy.select(&ws, &key).index, 1);
+        // Three cost 12: `a` is cheaper.
+        let _three = busy(&b, 1);
+        assert_eq!(policy.select(&ws, &key).index, 0);
+        // Skew (max - min > 8 and max > 2 x min) overrides the cost even for a full hit.
+        let _a = busy(&a, 1);
+        let _many = busy(&b, 7);
+        let c = policy.select(&ws, &key);
+        assert_eq!((c.index, c.balanced), (0, true));
+        // Without a prompt: least load.
+        assert_eq!(policy.select(&ws, &RoutingKey::none()).index, 0);
+    }
+}
