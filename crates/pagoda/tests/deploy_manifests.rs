@@ -31,5 +31,8 @@ fn every_manifest_validates_and_uses_real_flags() {
     let help = String::from_utf8_lossy(&help.stdout);
     let manifest = std::fs::read_to_string(root.join("deploy/kubernetes/router.yaml"))
         .expect("router.yaml exists");
-    assert!(manifest.contains("- router") && help.contains("--worker-dns"), "{help}");
+    assert!(
+        manifest.contains("- router") && help.contains("--worker-dns"),
+        "{help}"
+    );
 }

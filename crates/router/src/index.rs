@@ -1,9 +1,12 @@
 //! What one replica holds in its prefix cache, as its KV events tell: the set of stored
 //! block hashes (vLLM's external 64-bit form). A prompt's match is the longest run of its
 //! chained block hashes from the first that the set holds (a chain hash names its whole
-//! prefix, so a hit at block i implies the prefix up to i).
+//! prefix, so a hit at block i implies the prefix up to i). Blocks of a prompt just routed to
+//! the replica count as held for a short while before its events confirm them (as Dynamo's
+//! router predicts), so requests that share a prefix and arrive together go to one replica.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
 
 use pagoda_kv_events::WireEvent;
 
@@ -11,6 +14,8 @@ use pagoda_kv_events::WireEvent;
 #[derive(Debug, Default)]
 pub struct BlockIndex {
     blocks: HashSet<u64>,
+    /// Blocks of prompts routed here, not yet confirmed by a `BlockStored`, and when.
+    predicted: HashMap<u64, Instant>,
     /// The block size its events report (0 before the first store).
     pub block_size: usize,
 }
@@ -25,20 +30,38 @@ impl BlockIndex {
                 ..
             } => {
                 self.block_size = *block_size;
-                self.blocks.extend(block_hashes.iter().copied());
+                for h in block_hashes {
+                    self.predicted.remove(h);
+                    self.blocks.insert(*h);
+                }
             }
             WireEvent::BlockRemoved { block_hashes } => {
                 for h in block_hashes {
                     self.blocks.remove(h);
+                    self.predicted.remove(h);
                 }
             }
-            WireEvent::AllBlocksCleared => self.blocks.clear(),
+            WireEvent::AllBlocksCleared => self.clear(),
         }
     }
 
     /// Forgets everything (the replica restarted).
     pub fn clear(&mut self) {
         self.blocks.clear();
+        self.predicted.clear();
+    }
+
+    /// Counts `hashes` as held until `now + PREDICTION_TTL` unless an event confirms them.
+    pub fn predict(&mut self, hashes: &[u64], now: Instant) {
+        if self.predicted.len() > 4 * hashes.len() + 4096 {
+            self.predicted
+                .retain(|_, t| now.duration_since(*t) < PREDICTION_TTL);
+        }
+        for h in hashes {
+            if !self.blocks.contains(h) {
+                self.predicted.insert(*h, now);
+            }
+        }
     }
 
     /// Blocks known.
@@ -51,14 +74,25 @@ impl BlockIndex {
         self.blocks.is_empty()
     }
 
-    /// How many of `hashes` (a prompt's chain, first block first) are cached, from the first.
-    pub fn matched(&self, hashes: &[u64]) -> usize {
+    /// How many of `hashes` (a prompt's chain, first block first) are cached or predicted,
+    /// from the first.
+    pub fn matched(&self, hashes: &[u64], now: Instant) -> usize {
         hashes
             .iter()
-            .take_while(|h| self.blocks.contains(h))
+            .take_while(|h| {
+                self.blocks.contains(h)
+                    || self
+                        .predicted
+                        .get(h)
+                        .is_some_and(|t| now.duration_since(*t) < PREDICTION_TTL)
+            })
             .count()
     }
 }
+
+/// How long a routed prompt's blocks count as held without a `BlockStored`: long enough for a
+/// long prefill under load, short enough that a request that failed is soon forgotten.
+pub const PREDICTION_TTL: Duration = Duration::from_secs(30);
 
 #[cfg(test)]
 mod tests {
@@ -73,13 +107,19 @@ mod tests {
             token_ids: vec![0; 12],
             block_size: 4,
         });
-        assert_eq!(ix.matched(&[1, 2, 3, 4]), 3);
-        assert_eq!(ix.matched(&[9, 2, 3]), 0);
+        let now = Instant::now();
+        assert_eq!(ix.matched(&[1, 2, 3, 4], now), 3);
+        assert_eq!(ix.matched(&[9, 2, 3], now), 0);
         ix.apply(&WireEvent::BlockRemoved {
             block_hashes: vec![2],
         });
-        assert_eq!(ix.matched(&[1, 2, 3]), 1);
+        assert_eq!(ix.matched(&[1, 2, 3], now), 1);
+        // A prediction counts until it expires.
+        ix.predict(&[2, 3, 4], now);
+        assert_eq!(ix.matched(&[1, 2, 3, 4], now), 4);
+        assert_eq!(ix.matched(&[1, 2, 3, 4], now + PREDICTION_TTL), 1);
         ix.apply(&WireEvent::AllBlocksCleared);
         assert!(ix.is_empty());
+        assert_eq!(ix.matched(&[2], now), 0);
     }
 }

@@ -191,9 +191,20 @@ impl Worker {
         self.index.lock().map(|ix| ix.len()).unwrap_or(0)
     }
 
-    /// How many of `hashes` it holds, from the first.
+    /// How many of `hashes` it holds (or was just sent), from the first.
     pub fn matched(&self, hashes: &[u64]) -> usize {
-        self.index.lock().map(|ix| ix.matched(hashes)).unwrap_or(0)
+        let now = std::time::Instant::now();
+        self.index
+            .lock()
+            .map(|ix| ix.matched(hashes, now))
+            .unwrap_or(0)
+    }
+
+    /// Counts `hashes` as held for a while: a prompt routed here will be cached here.
+    pub fn predict(&self, hashes: &[u64]) {
+        if let Ok(mut ix) = self.index.lock() {
+            ix.predict(hashes, std::time::Instant::now());
+        }
     }
 }
 

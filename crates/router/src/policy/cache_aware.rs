@@ -3,7 +3,8 @@
 //! `decode_weight` x requests in flight; the lowest cost wins, ties rotate. When load is
 //! skewed (max - min > `balance_abs` and max > `balance_rel` x min, SGLang's rule) the least
 //! loaded replica wins instead, so one hot prefix cannot pile everything on one replica.
-//! Without a prompt (not tokenizable) it is least load.
+//! Without a prompt (not tokenizable) it is least load. The chosen replica's index counts the
+//! prompt's blocks as held right away (`BlockIndex::predict`), before its events say so.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
@@ -68,6 +69,10 @@ impl Policy for CacheAware {
                 (total - hit) as f64 + self.tuning.decode_weight * loads[i] as f64
             })
         };
+        let bs = workers[index].block_size();
+        if let Some((_, hashes)) = by_size.iter().find(|(s, _)| *s == bs) {
+            workers[index].predict(hashes);
+        }
         Choice {
             index,
             matched_blocks: matched[index].0,
