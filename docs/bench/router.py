@@ -14,6 +14,7 @@ Run by docs/bench/router.sh, which starts the replicas and routers.
 import http.client
 import json
 import random
+import re
 import sys
 import threading
 import time
@@ -27,25 +28,32 @@ def pct(xs, p):
     return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))] if xs else float("nan")
 
 
+TOKEN = re.compile(rb'"(content|text)":"[^"]')
+
+
 def request(url, path, body):
-    """POSTs body; returns (seconds to first body byte, [seconds of each later chunk], text)."""
+    """POSTs body; returns (seconds to the first generated text: the first chunk carrying
+    non-empty `content`/`text`, or the whole body when not streamed; [seconds of each chunk];
+    text)."""
     u = urllib.parse.urlparse(url)
     c = http.client.HTTPConnection(u.hostname, u.port, timeout=600)
     t0 = time.perf_counter()
     c.request("POST", path, json.dumps(body), {"content-type": "application/json"})
     r = c.getresponse()
     assert r.status == 200, (r.status, r.read())
-    times, chunks = [], []
+    times, chunks, first = [], [], None
     while True:
         b = r.read1(65536) if body.get("stream") else r.read()
         if not b:
             break
         times.append(time.perf_counter() - t0)
         chunks.append(b)
+        if first is None and (TOKEN.search(b) or not body.get("stream")):
+            first = times[-1]
         if not body.get("stream"):
             break
     c.close()
-    return times[0], times, b"".join(chunks).decode()
+    return first if first is not None else times[-1], times, b"".join(chunks).decode()
 
 
 def overhead(direct, router):
@@ -55,18 +63,17 @@ def overhead(direct, router):
     for name, url in (("direct", direct), ("router", router)):
         for _ in range(3):  # warm connections and caches
             request(url, "/v1/completions", short)
-    res = {}
-    for name, url in (("direct", direct), ("router", router)) * 1:
-        lat = []
-        for _ in range(40):
+    # Direct and routed requests alternate, so load from elsewhere falls on both alike.
+    res = {"direct": ([], [], []), "router": ([], [], [])}
+    for _ in range(40):
+        for name, url in (("direct", direct), ("router", router)):
             t, _, _ = request(url, "/v1/completions", short)
-            lat.append(t)
-        ttft, gaps = [], []
-        for _ in range(8):
+            res[name][0].append(t)
+    for _ in range(8):
+        for name, url in (("direct", direct), ("router", router)):
             t, times, _ = request(url, "/v1/completions", stream)
-            ttft.append(t)
-            gaps += [b - a for a, b in zip(times, times[1:])]
-        res[name] = (lat, ttft, gaps)
+            res[name][1].append(t)
+            res[name][2].extend(b - a for a, b in zip(times, times[1:]))
     for what, i in (("request (max_tokens 1)", 0), ("stream TTFT", 1), ("chunk gap", 2)):
         d, r = res["direct"][i], res["router"][i]
         print(f"{what:24} direct p50 {pct(d, 50)*1e3:7.2f} ms p99 {pct(d, 99)*1e3:7.2f} ms | "
