@@ -300,6 +300,21 @@ async fn routes_over_real_replicas() {
     let mut held = held.bytes_stream();
     held.next().await.unwrap().unwrap();
     b.signal("-TERM");
+    // The signal is handled asynchronously: wait until the replica itself says it drains
+    // (the router may not know yet, so its first request can meet the 503 and be retried).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while c
+        .get(format!("{}/ready", b.url))
+        .send()
+        .await
+        .is_ok_and(|r| r.status() == 200)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the replica never started draining"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     for i in 0..4 {
         let (worker, _) = post(&c, &rr, "/v1/completions", &short).await;
         assert_eq!(worker, a.url, "request {i} went to the draining replica");
