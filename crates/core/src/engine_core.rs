@@ -12,7 +12,7 @@ use thiserror::Error;
 use crate::admission::{Admission, QueueSlots};
 use crate::config::{CacheConfig, SchedulerConfig};
 use crate::kv::block_hash::root_hash;
-use crate::kv::{BlockHash, ExtraKeys, KvCacheManager, KvEvent};
+use crate::kv::{BlockHash, BlockId, ExtraKeys, KvCacheManager, KvEvent, KvTier, KvTierStats};
 use crate::logprobs::PositionLogprobs;
 use crate::request::{FinishReason, Request, SeqId};
 use crate::sampling_params::SamplingParams;
@@ -79,6 +79,10 @@ pub trait ModelExecutor {
     fn calibrate(&mut self) -> Calibration {
         Calibration::default()
     }
+
+    /// Copies cached blocks, `(block, group key)`, to the lower KV tier and waits for the
+    /// writes (at shutdown, so the next start finds them). A no-op without a tier.
+    fn save_blocks(&mut self, _blocks: &[(BlockId, BlockHash)]) {}
 }
 
 /// A request as the engine receives it: tokens, never text.
@@ -170,6 +174,8 @@ pub struct EngineStats {
     /// Names of the distinct LoRA adapters of running and of waiting sequences.
     pub running_loras: Vec<std::sync::Arc<str>>,
     pub waiting_loras: Vec<std::sync::Arc<str>>,
+    /// The disk tier of the prefix cache, when one is attached.
+    pub kv_tier: Option<KvTierStats>,
 }
 
 /// One KV group's share of the pool.
@@ -285,6 +291,31 @@ impl<E: ModelExecutor> EngineCore<E> {
     /// `AllBlocksCleared` then every cached block: for subscribers that lost events.
     pub fn kv_resync_events(&mut self) -> Vec<KvEvent> {
         self.scheduler.kv_events_mut().resync_events()
+    }
+
+    /// Attaches a lower KV tier (the disk store): evicted blocks go there and prefix hits may
+    /// come back from it (call before the first request).
+    pub fn set_kv_tier(&mut self, tier: Arc<dyn KvTier>) {
+        self.scheduler.kv_events_mut().set_tier(tier);
+    }
+
+    /// Saves every block the memory cache holds to the lower tier (at shutdown).
+    pub fn flush_kv_tier(&mut self) {
+        let kv = self.scheduler.kv();
+        if kv.tier().is_some_and(|t| t.enabled()) {
+            let blocks = kv.cached_blocks();
+            let blocks: Vec<_> = match kv.tier() {
+                Some(t) => blocks.into_iter().filter(|(_, k)| !t.contains(k)).collect(),
+                None => blocks,
+            };
+            self.executor.save_blocks(&blocks);
+        }
+    }
+
+    /// Whether the only work left is waiting for tier reads (the engine loop then sleeps a
+    /// little instead of spinning).
+    pub fn waiting_on_tier(&self) -> bool {
+        self.scheduler.num_running() == 0 && self.scheduler.num_loading() > 0
     }
 
     pub fn executor(&self) -> &E {
@@ -438,6 +469,13 @@ impl<E: ModelExecutor> EngineCore<E> {
     pub fn step(&mut self) -> Vec<EngineOutput> {
         let plan = self.scheduler.schedule();
         if plan.is_empty() {
+            // Tier copies still run: evicted bytes must leave before a later step reuses
+            // their blocks, and installed blocks are cached from now on.
+            if plan.has_work()
+                && let Err(e) = self.executor.execute(&plan)
+            {
+                tracing::error!("KV tier copies failed: {e}");
+            }
             return Vec::new();
         }
         for s in plan.scheduled.iter().filter(|s| s.new.is_some()) {
@@ -568,6 +606,7 @@ impl<E: ModelExecutor> EngineCore<E> {
             spec: self.scheduler.speculation().map(|s| s.counters.clone()),
             running_loras: self.scheduler.lora_names(true),
             waiting_loras: self.scheduler.lora_names(false),
+            kv_tier: kv.tier().map(|t| t.stats()),
         }
     }
 }

@@ -4,6 +4,7 @@
 
 use std::time::Instant;
 
+use crate::kv::PendingLoad;
 use crate::kv::block_hash::{BlockHash, HashChain};
 use crate::sampling_params::SamplingParams;
 use crate::spec::Acceptance;
@@ -82,6 +83,10 @@ pub struct Request {
     pub shifted_out: Shifted,
     /// Reached `max_model_len` with context shift on: shifts before its next step.
     pub needs_shift: bool,
+    /// Its next blocks are being read from the lower KV tier: it waits until they are in.
+    pub loading: Option<PendingLoad>,
+    /// The lower tier was asked about this admission already (reset by preemption).
+    pub tier_checked: bool,
 }
 
 /// Tokens a context shift discarded, by where they came from.
@@ -125,6 +130,8 @@ impl Request {
             acceptance: Acceptance::default(),
             shifted_out: Shifted::default(),
             needs_shift: false,
+            loading: None,
+            tier_checked: false,
         }
     }
 

@@ -6,7 +6,8 @@
 //! groups whose blocks leave the table as the window passes (the fake executor checks every
 //! key each chunk's window sees). The KV cache events of every step (or a resync) add up to
 //! the pool's cached set (to the first group's part of it when there are several), and each
-//! `BlockStored` rehashes from its parent and tokens. Requests carry LoRA adapters too: never more than
+//! `BlockStored` rehashes from its parent and tokens. With a lower KV tier (a fake disk), evicted
+//! blocks are saved and read back into ordinary cached blocks under the same checks. Requests carry LoRA adapters too: never more than
 //! `max_loras` distinct ones run at once, and requests of every adapter still finish.
 #![allow(clippy::unwrap_used)]
 
@@ -118,6 +119,7 @@ proptest! {
         layout in 0u8..3,
         window in 1usize..14,
         max_loras in 0usize..3,
+        tier in 0u8..3,
     ) {
         let config = SchedulerConfig {
             max_num_batched_tokens: max_batched,
@@ -140,6 +142,13 @@ proptest! {
         let single_group = groups.len() == 1;
         let mut core = engine_with_groups(num_blocks, 4, config, caching, groups);
         core.enable_kv_events();
+        // A lower tier (0: none; 1: every evicted block kept; 2: some lost): blocks read back
+        // must hold their tokens (the fake executor checks every key it attends to).
+        if tier > 0 {
+            let t = std::sync::Arc::new(FakeTier::new(if tier == 2 { 3 } else { 0 }));
+            core.executor_mut().tier = Some(std::sync::Arc::clone(&t));
+            core.set_kv_tier(t);
+        }
         let mut subscriber: HashSet<BlockHash> = HashSet::new();
         let mut ops_done = 0usize;
         if spec_k > 0 {

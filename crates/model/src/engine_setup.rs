@@ -7,8 +7,11 @@ use pagoda_core::config::{check_kv_budget, default_kv_budget};
 use pagoda_core::{CacheConfig, EngineCore, SchedulerConfig, SpecConfig, SpecMethod};
 use pagoda_spec::{NgramProposer, SuffixConfig, SuffixProposer};
 
+use std::sync::Arc;
+
 use crate::{
-    CpuExecutor, DraftProposer, KvCacheDtype, KvGroupPlan, Model, ModelError, ModelRunner,
+    CpuExecutor, DiskTier, DraftProposer, KvCacheDtype, KvDiskConfig, KvGroupPlan, Model,
+    ModelError, ModelRunner,
 };
 
 /// What a user may choose about the engine; `None` means the default.
@@ -31,6 +34,8 @@ pub struct EngineSetup {
     /// Sliding-window layers get their own block tables and give back the blocks that left
     /// their window (on by default; off keeps every layer's KV for every token, as before).
     pub sliding_window_freeing: bool,
+    /// The disk tier of the prefix cache (`--kv-disk-dir`), off by default.
+    pub kv_disk: Option<KvDiskConfig>,
 }
 
 impl Default for EngineSetup {
@@ -45,6 +50,7 @@ impl Default for EngineSetup {
             kv_cache_dtype: KvCacheDtype::default(),
             speculative: None,
             sliding_window_freeing: true,
+            kv_disk: None,
         }
     }
 }
@@ -168,14 +174,28 @@ pub fn build_engine_with_draft(
     };
     let eog_ids = config.eog_token_ids.clone();
     let vocab = config.vocab_size;
-    let exec = CpuExecutor::with_plan(model, plan, cache.num_blocks, cache.block_size)?;
+    let mut exec = CpuExecutor::with_plan(model, plan, cache.num_blocks, cache.block_size)?;
+    let tier = match &setup.kv_disk {
+        Some(c) if setup.enable_prefix_caching => Some(Arc::new(open_tier(c, &mut exec, &cache)?)),
+        Some(c) => {
+            tracing::warn!(dir = %c.dir.display(), "KV disk tier off: prefix caching is off");
+            None
+        }
+        None => None,
+    };
     let mut runner = ModelRunner::new(exec);
+    if let Some(t) = &tier {
+        runner = runner.with_kv_tier(Arc::clone(t));
+    }
     if let Some(spec) = &setup.speculative {
         spec.validate()
             .map_err(|e| ModelError::InvalidRequest(format!("speculative_config: {e}")))?;
         runner = with_proposer(runner, spec, draft, &cache, setup.kv_cache_dtype)?;
     }
     let mut core = EngineCore::new(runner, scheduler, &cache, eog_ids, vocab);
+    if let Some(t) = tier {
+        core.set_kv_tier(t);
+    }
     if let Some(spec) = &setup.speculative {
         core.enable_speculation(spec.clone());
         tracing::info!(
@@ -199,6 +219,31 @@ pub fn build_engine_with_draft(
         report.max_model_len
     );
     Ok((core, report))
+}
+
+/// Opens the disk tier for `exec`'s arena, timing one 64-token prefill chunk first for the
+/// read-or-recompute decision (attention makes longer prompts dearer per token, so this
+/// errs toward recomputing).
+fn open_tier(
+    config: &KvDiskConfig,
+    exec: &mut CpuExecutor,
+    cache: &CacheConfig,
+) -> Result<DiskTier, ModelError> {
+    let prefill_tps = match config.prefill_tokens_per_sec {
+        Some(t) => t as f64,
+        None => crate::model_runner::time_steps(exec, &[64])
+            .first()
+            .map_or(1000.0, |&(n, secs)| n as f64 / secs.max(1e-9)),
+    };
+    let tier = DiskTier::open(config, &exec.kv_cache, &cache.groups, prefill_tps)
+        .map_err(|e| ModelError::InvalidRequest(e.to_string()))?;
+    tracing::info!(
+        dir = %config.dir.display(),
+        max_bytes = config.max_bytes,
+        prefill_tokens_per_sec = prefill_tps.round(),
+        "KV disk tier on"
+    );
+    Ok(tier)
 }
 
 /// The longest sequence the pool holds alone: every full group needs a block per

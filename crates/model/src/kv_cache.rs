@@ -133,6 +133,20 @@ impl KvCache {
         &mut self.arenas
     }
 
+    /// The same, read-only.
+    pub fn arenas(&self) -> &Arenas {
+        &self.arenas
+    }
+
+    /// K (and V) buffers: one per layer of a KV group.
+    pub fn num_arena_slots(&self) -> usize {
+        match &self.arenas {
+            Arenas::F32 { k, .. } => k.len(),
+            Arenas::F16 { k, .. } => k.len(),
+            Arenas::Int8 { k, .. } => k.len(),
+        }
+    }
+
     pub fn layout(&self) -> &KvLayout {
         &self.layout
     }

@@ -13,6 +13,7 @@ mod error;
 pub mod eval;
 pub mod executor;
 pub mod kv_cache;
+pub mod kv_disk;
 pub mod kv_groups;
 mod kv_shift;
 pub mod lora;
@@ -30,6 +31,7 @@ pub use engine_setup::{EngineSetup, KvReport, build_engine, build_engine_with_dr
 pub use error::ModelError;
 pub use executor::CpuExecutor;
 pub use kv_cache::KvCache;
+pub use kv_disk::{DiskTier, KvDiskConfig, KvDiskError};
 pub use kv_groups::KvGroupPlan;
 pub use lora::{LoraAdapter, LoraError, LoraOptions, LoraTarget};
 pub use model_runner::ModelRunner;

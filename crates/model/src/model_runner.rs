@@ -22,7 +22,7 @@ use crate::draft::DraftProposer;
 use crate::kv_shift;
 use crate::lora::LoraAdapter;
 use crate::sampler::{Sampled, Sampler, prompt_logprobs};
-use crate::{CpuExecutor, ForwardBatch};
+use crate::{CpuExecutor, DiskTier, ForwardBatch};
 
 struct SeqState {
     /// Prompt, then every token sampled so far.
@@ -62,6 +62,8 @@ pub struct ModelRunner {
     proposer: Option<Proposing>,
     /// Reused proposal buffer.
     proposals: Vec<Vec<u32>>,
+    /// The disk tier of the prefix cache: evicted blocks are copied to it, read ones from it.
+    tier: Option<Arc<DiskTier>>,
 }
 
 impl ModelRunner {
@@ -73,6 +75,43 @@ impl ModelRunner {
             eog_ids,
             proposer: None,
             proposals: Vec::new(),
+            tier: None,
+        }
+    }
+
+    /// This runner, saving evicted blocks to `tier` and installing blocks read from it.
+    pub fn with_kv_tier(mut self, tier: Arc<DiskTier>) -> Self {
+        self.tier = Some(tier);
+        self
+    }
+
+    /// The step's tier copies: evicted blocks' bytes out first (the step may reuse their
+    /// blocks), then blocks read back into theirs, all before any forward pass writes.
+    fn tier_copies(&mut self, step: &SchedulerOutput) {
+        let Some(tier) = &self.tier else {
+            return;
+        };
+        let kv = &mut self.exec.kv_cache;
+        for &(b, key) in &step.kv_saves {
+            let mut payload = Vec::new();
+            kv.read_block(b, &mut payload);
+            tier.save(key, payload);
+        }
+        let mut read: HashMap<u64, HashMap<pagoda_core::kv::BlockHash, Vec<u8>>> = HashMap::new();
+        for load in &step.kv_loads {
+            let blocks = read
+                .entry(load.ticket)
+                .or_insert_with(|| tier.take_read(load.ticket).into_iter().collect());
+            let written = blocks
+                .get(&load.key)
+                .is_some_and(|p| kv.write_block(load.block_id, p));
+            if !written {
+                // Not reached: the scheduler installs only blocks whose read finished intact.
+                tracing::error!(
+                    block = load.block_id,
+                    "KV disk tier: a block read back is missing"
+                );
+            }
         }
     }
 
@@ -215,7 +254,11 @@ impl ModelRunner {
 
 impl ModelExecutor for ModelRunner {
     fn execute(&mut self, step: &SchedulerOutput) -> Result<ExecutorOutput, ExecutorError> {
+        self.tier_copies(step);
         self.apply_diff(step)?;
+        if step.scheduled.is_empty() {
+            return Ok(ExecutorOutput::default()); // tier copies only
+        }
         let mut drafts = self.propose(step);
         // Proposed tokens join their sequence's tokens for this step's chunk only.
         for (s, d) in step.scheduled.iter().zip(&drafts) {
@@ -238,6 +281,17 @@ impl ModelExecutor for ModelRunner {
             out.draft = d.take_work();
         }
         Ok(out)
+    }
+
+    fn save_blocks(&mut self, blocks: &[(u32, pagoda_core::kv::BlockHash)]) {
+        let Some(tier) = &self.tier else {
+            return;
+        };
+        for &(b, key) in blocks {
+            let mut payload = Vec::new();
+            self.exec.kv_cache.read_block(b, &mut payload);
+            tier.save_blocking(key, payload);
+        }
     }
 
     fn calibrate(&mut self) -> Calibration {

@@ -145,6 +145,7 @@ impl EngineArgs {
             kv_cache_dtype: self.kv_cache_dtype.parse().context("--kv-cache-dtype")?,
             speculative: self.speculative.resolve()?,
             sliding_window_freeing: !self.disable_sliding_window_freeing,
+            kv_disk: None, // `pagoda serve --kv-disk-dir` sets it
         })
     }
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
+use pagoda_core::config::parse_size;
 use pagoda_frontend::{ReasoningParser, ToolParserChoice};
 use pagoda_server::{AppState, ServerConfig};
 
@@ -99,12 +100,31 @@ pub struct ServeArgs {
     /// Serve POST /v1/load_lora_adapter and /v1/unload_lora_adapter.
     #[arg(long, env = "PAGODA_ENABLE_LORA_RUNTIME_UPDATES")]
     enable_lora_runtime_updates: bool,
+    /// Keep the prefix cache on disk too: blocks evicted from memory (and, at shutdown, the
+    /// ones still cached) are written to DIR, read back when a prompt's prefix is there, and
+    /// found again by the next server on DIR (one server per directory: a lock file).
+    #[arg(long, env = "PAGODA_KV_DISK_DIR", value_name = "DIR")]
+    kv_disk_dir: Option<PathBuf>,
+    /// Most bytes of block files in --kv-disk-dir, e.g. 20GiB or 512MiB (least recently used
+    /// deleted beyond) [default: 20GiB].
+    #[arg(long, env = "PAGODA_KV_DISK_SIZE", requires = "kv_disk_dir")]
+    kv_disk_size: Option<String>,
     #[command(flatten)]
     engine: EngineArgs,
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
-    let setup = args.engine.resolve()?;
+    let mut setup = args.engine.resolve()?;
+    if let Some(dir) = &args.kv_disk_dir {
+        let size = args.kv_disk_size.as_deref().unwrap_or("20GiB");
+        setup.kv_disk = Some(pagoda_model::KvDiskConfig {
+            dir: dir.clone(),
+            max_bytes: parse_size(size).context("--kv-disk-size")?,
+            model_identity: String::new(), // the model file's, filled in at load
+            read_bytes_per_sec: None,
+            prefill_tokens_per_sec: None,
+        });
+    }
     let path = model_path::resolve(args.model.clone())?;
     if !(args.shutdown_timeout.is_finite() && args.shutdown_timeout >= 0.0) {
         anyhow::bail!("--shutdown-timeout must be a number of seconds >= 0");

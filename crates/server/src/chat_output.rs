@@ -1,6 +1,7 @@
 //! A chat choice's text -> the message parts: reasoning (`--reasoning-parser`), then tool calls
 //! (the request's tool format) out of what remains, incrementally for streams. Calls get their
-//! `call_...` ids here.
+//! `call_...` ids here, and come out as parts (start, arguments as generated, end) that every
+//! API's stream formats the same way.
 
 use pagoda_frontend::{ReasoningParser, ReasoningStream, ToolCallStream, ToolEvent};
 use pagoda_protocol::ToolCall;
@@ -15,14 +16,32 @@ pub struct Split {
     pub reasoning: String,
     /// Complete calls, with their index among this choice's calls.
     pub calls: Vec<(u32, ToolCall)>,
+    /// The same calls as they stream, in order: a call's parts may span several splits.
+    pub parts: Vec<CallPart>,
 }
 
 impl Split {
-    fn extend(&mut self, other: Split) {
+    pub fn extend(&mut self, other: Split) {
         self.content.push_str(&other.content);
         self.reasoning.push_str(&other.reasoning);
         self.calls.extend(other.calls);
+        self.parts.extend(other.parts);
     }
+}
+
+/// A piece of a tool call as a stream gives it out.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CallPart {
+    /// The `index`-th call begins: its id and name (arguments follow).
+    Start {
+        index: u32,
+        id: String,
+        name: String,
+    },
+    /// The next piece of its arguments; joined, the pieces are the call's `arguments`.
+    Arguments { index: u32, text: String },
+    /// It is complete.
+    End { index: u32, call: ToolCall },
 }
 
 /// One choice's parsers.
@@ -31,6 +50,10 @@ pub struct ChoiceOutput {
     reasoning: Option<ReasoningStream>,
     tools: Option<ToolCallStream>,
     num_calls: usize,
+    /// The call being streamed: its index and id.
+    open: Option<(usize, String)>,
+    /// `single_call` and the first call ended: what follows is dropped.
+    done: bool,
     /// `parallel_tool_calls: false`: the reply ends at its first call; later calls and text
     /// are dropped.
     single_call: bool,
@@ -44,6 +67,8 @@ impl ChoiceOutput {
                 .then(|| ReasoningStream::new(ReasoningStream::prompt_opens_thinking(prompt_text))),
             tools: tools.map(ToolSetup::call_stream),
             num_calls: 0,
+            open: None,
+            done: false,
             single_call: false,
         }
     }
@@ -106,27 +131,67 @@ impl ChoiceOutput {
     fn events(&mut self, events: Vec<ToolEvent>) -> Split {
         let mut split = Split::default();
         for e in events {
-            if self.single_call && self.num_calls > 0 {
+            if self.done {
                 break;
             }
             match e {
                 ToolEvent::Content(t) => split.content.push_str(&t),
-                ToolEvent::Call { index, call } => {
+                ToolEvent::CallStart { index, name } => {
+                    let id = call_id();
                     self.num_calls = index + 1;
-                    split.calls.push((
-                        index as u32,
-                        ToolCall {
-                            id: random_id("call").replacen("call-", "call_", 1),
-                            kind: "function".to_owned(),
-                            function: pagoda_protocol::FunctionCall {
-                                name: call.name,
-                                arguments: call.arguments,
-                            },
+                    self.open = Some((index, id.clone()));
+                    split.parts.push(CallPart::Start {
+                        index: index as u32,
+                        id,
+                        name,
+                    });
+                }
+                ToolEvent::Arguments { index, text } => split.parts.push(CallPart::Arguments {
+                    index: index as u32,
+                    text,
+                }),
+                ToolEvent::Call { index, call } => {
+                    let index32 = index as u32;
+                    let id = match self.open.take() {
+                        Some((i, id)) if i == index => id,
+                        _ => {
+                            // A call that arrives whole: its start and arguments first.
+                            let id = call_id();
+                            split.parts.push(CallPart::Start {
+                                index: index32,
+                                id: id.clone(),
+                                name: call.name.clone(),
+                            });
+                            split.parts.push(CallPart::Arguments {
+                                index: index32,
+                                text: call.arguments.clone(),
+                            });
+                            id
+                        }
+                    };
+                    self.num_calls = index + 1;
+                    let call = ToolCall {
+                        id,
+                        kind: "function".to_owned(),
+                        function: pagoda_protocol::FunctionCall {
+                            name: call.name,
+                            arguments: call.arguments,
                         },
-                    ));
+                    };
+                    split.parts.push(CallPart::End {
+                        index: index32,
+                        call: call.clone(),
+                    });
+                    split.calls.push((index32, call));
+                    self.done = self.single_call;
                 }
             }
         }
         split
     }
+}
+
+/// A new call id, `call_...` as OpenAI writes them.
+fn call_id() -> String {
+    random_id("call").replacen("call-", "call_", 1)
 }

@@ -18,6 +18,7 @@ pub mod error;
 mod error_shape;
 mod generation;
 mod http_server;
+mod kv_disk_metrics;
 mod logprobs;
 pub mod loras;
 mod messages_input;

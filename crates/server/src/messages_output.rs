@@ -9,7 +9,7 @@ use pagoda_protocol::anthropic::{
 use pagoda_protocol::{FinishReason, StopReason, Usage, sse};
 use serde_json::Value;
 
-use crate::chat_output::{ChoiceOutput, Split};
+use crate::chat_output::{CallPart, ChoiceOutput, Split};
 use crate::error::ApiError;
 use crate::error_shape::ErrorShape;
 use crate::generation::ChoiceUpdate;
@@ -26,6 +26,8 @@ pub struct Formatter {
     blocks: Vec<ContentBlock>,
     /// The index of the text block a stream is writing to.
     open_text: Option<u32>,
+    /// The index of the `tool_use` block whose input is streaming.
+    open_tool: Option<u32>,
     stop_reason: Option<String>,
     stop_sequence: Option<String>,
 }
@@ -46,6 +48,7 @@ impl Formatter {
                 .single_call(!parallel_tool_calls),
             blocks: Vec::new(),
             open_text: None,
+            open_tool: None,
             stop_reason: None,
             stop_sequence: None,
         }
@@ -56,8 +59,7 @@ impl Formatter {
         let mut split = self.output.push(&u.text);
         if let Some(f) = &u.finish {
             let tail = self.output.finish();
-            split.content.push_str(&tail.content);
-            split.calls.extend(tail.calls);
+            split.extend(tail);
             let (reason, sequence) = match (f.reason, &f.stop_reason) {
                 _ if self.output.num_calls() > 0 && f.reason != FinishReason::Length => {
                     ("tool_use", None)
@@ -128,37 +130,55 @@ impl Formatter {
         }
     }
 
+    /// A `tool_use` block's events: started with the call, its input as `input_json_delta`
+    /// pieces as they are generated, stopped when the call ends.
+    fn call_part(&mut self, part: CallPart, out: &mut Vec<StreamEvent>) {
+        match part {
+            CallPart::Start { id, name, .. } => {
+                self.close_text(out);
+                let index = self.blocks.len() as u32;
+                let block = ContentBlock::ToolUse {
+                    id: id.replacen("call_", "toolu_", 1),
+                    name,
+                    input: Value::Object(Default::default()),
+                };
+                out.push(StreamEvent::ContentBlockStart {
+                    index,
+                    content_block: block.clone(),
+                });
+                self.blocks.push(block);
+                self.open_tool = Some(index);
+            }
+            CallPart::Arguments { text, .. } => {
+                if let Some(index) = self.open_tool {
+                    out.push(StreamEvent::ContentBlockDelta {
+                        index,
+                        delta: BlockDelta::InputJsonDelta { partial_json: text },
+                    });
+                }
+            }
+            CallPart::End { call, .. } => {
+                let Some(index) = self.open_tool.take() else {
+                    return;
+                };
+                if let Some(ContentBlock::ToolUse { input, .. }) =
+                    self.blocks.get_mut(index as usize)
+                {
+                    *input = serde_json::from_str(&call.function.arguments)
+                        .unwrap_or_else(|_| Value::Object(Default::default()));
+                }
+                out.push(StreamEvent::ContentBlockStop { index });
+            }
+        }
+    }
+
     /// An update's events; the blocks grow as they go out, so a whole answer is the same.
     fn update(&mut self, u: &ChoiceUpdate) -> Vec<StreamEvent> {
         let split = self.split(u);
         let mut out = Vec::new();
         self.add_text(&split.content, &mut out);
-        for (_, call) in split.calls {
-            self.close_text(&mut out);
-            let index = self.blocks.len() as u32;
-            let input: Value = serde_json::from_str(&call.function.arguments)
-                .unwrap_or_else(|_| Value::Object(Default::default()));
-            let id = call.id.replacen("call_", "toolu_", 1);
-            out.push(StreamEvent::ContentBlockStart {
-                index,
-                content_block: ContentBlock::ToolUse {
-                    id: id.clone(),
-                    name: call.function.name.clone(),
-                    input: Value::Object(Default::default()),
-                },
-            });
-            out.push(StreamEvent::ContentBlockDelta {
-                index,
-                delta: BlockDelta::InputJsonDelta {
-                    partial_json: call.function.arguments,
-                },
-            });
-            out.push(StreamEvent::ContentBlockStop { index });
-            self.blocks.push(ContentBlock::ToolUse {
-                id,
-                name: call.function.name,
-                input,
-            });
+        for part in split.parts {
+            self.call_part(part, &mut out);
         }
         if u.finish.is_some() {
             self.close_text(&mut out);

@@ -253,6 +253,9 @@ impl Metrics {
             if let Some(spec) = &s.spec {
                 crate::spec_metrics::render(&mut out, &label, spec);
             }
+            if let Some(tier) = &s.kv_tier {
+                crate::kv_disk_metrics::render(&mut out, &label, tier);
+            }
         }
         labelled_counter(
             &mut out,

@@ -84,7 +84,14 @@ pub fn load_engine(path: &Path, opts: &LoadOptions<'_>) -> Result<LoadedModel, L
         Some(SpecMethod::DraftModel { path }) => Some(load_draft(Path::new(path))?),
         _ => None,
     };
-    let (core, report) = pagoda_model::build_engine_with_draft(model, draft, opts.setup)
+    // The disk tier's files belong to this model file: its identity goes into their digest.
+    let mut setup = opts.setup.clone();
+    if let Some(d) = &mut setup.kv_disk
+        && d.model_identity.is_empty()
+    {
+        d.model_identity = pagoda_model::kv_disk::model_identity(path);
+    }
+    let (core, report) = pagoda_model::build_engine_with_draft(model, draft, &setup)
         .map_err(|e| LoadError::Model(e.to_string()))?;
     tracing::info!(
         num_blocks = report.num_blocks,

@@ -10,7 +10,7 @@ use pagoda_protocol::responses::{
 use pagoda_protocol::{ChatMessage, FinishReason, FunctionCall, Role, ToolCall, Usage, sse};
 use serde_json::json;
 
-use crate::chat_output::ChoiceOutput;
+use crate::chat_output::{CallPart, ChoiceOutput};
 use crate::error::ApiError;
 use crate::generation::ChoiceUpdate;
 use crate::response_store::Stored;
@@ -25,6 +25,8 @@ pub struct Formatter {
     output: ChoiceOutput,
     /// The output index of the message a stream is writing to.
     open_message: Option<usize>,
+    /// The output index of the function call whose arguments are streaming.
+    open_call: Option<usize>,
     sequence: u64,
     /// The conversation before this response, stored with it when `store`.
     conversation: Vec<ChatMessage>,
@@ -46,6 +48,7 @@ impl Formatter {
             response,
             output,
             open_message: None,
+            open_call: None,
             sequence: 0,
             conversation,
         }
@@ -146,14 +149,71 @@ impl Formatter {
         });
     }
 
+    /// A function-call item's events: added when the call starts, its arguments as they are
+    /// generated, done when it ends.
+    fn call_part(&mut self, part: CallPart, out: &mut Vec<EventKind>) {
+        match part {
+            CallPart::Start { id, name, .. } => {
+                self.close_message(out);
+                let index = self.response.output.len();
+                let item = OutputItem::FunctionCall {
+                    id: id.replacen("call_", "fc_", 1),
+                    call_id: id,
+                    name,
+                    arguments: String::new(),
+                    status: "in_progress".to_owned(),
+                };
+                out.push(EventKind::OutputItemAdded {
+                    output_index: index as u32,
+                    item: item.clone(),
+                });
+                self.response.output.push(item);
+                self.open_call = Some(index);
+            }
+            CallPart::Arguments { text, .. } => {
+                let Some(index) = self.open_call else { return };
+                if let OutputItem::FunctionCall { arguments, .. } = &mut self.response.output[index]
+                {
+                    arguments.push_str(&text);
+                }
+                out.push(EventKind::FunctionCallArgumentsDelta {
+                    item_id: self.item_id(index),
+                    output_index: index as u32,
+                    delta: text,
+                });
+            }
+            CallPart::End { call, .. } => {
+                let Some(index) = self.open_call.take() else {
+                    return;
+                };
+                let item = OutputItem::FunctionCall {
+                    id: self.item_id(index),
+                    call_id: call.id,
+                    name: call.function.name.clone(),
+                    arguments: call.function.arguments.clone(),
+                    status: "completed".to_owned(),
+                };
+                out.push(EventKind::FunctionCallArgumentsDone {
+                    item_id: self.item_id(index),
+                    output_index: index as u32,
+                    name: call.function.name,
+                    arguments: call.function.arguments,
+                });
+                out.push(EventKind::OutputItemDone {
+                    output_index: index as u32,
+                    item: item.clone(),
+                });
+                self.response.output[index] = item;
+            }
+        }
+    }
+
     /// An update's events; the response grows as they go out, so a whole answer is the same.
     fn update(&mut self, u: &ChoiceUpdate) -> Vec<EventKind> {
         let mut split = self.output.push(&u.text);
         if let Some(f) = &u.finish {
             let tail = self.output.finish();
-            split.content.push_str(&tail.content);
-            split.reasoning.push_str(&tail.reasoning);
-            split.calls.extend(tail.calls);
+            split.extend(tail);
             if f.reason == FinishReason::Length {
                 self.response.status = "incomplete".into();
                 self.response.incomplete_details = Some(json!({"reason": "max_output_tokens"}));
@@ -164,38 +224,8 @@ impl Formatter {
         let mut out = Vec::new();
         split.content.insert_str(0, &split.reasoning);
         self.add_text(&split.content, &mut out);
-        for (_, call) in split.calls {
-            self.close_message(&mut out);
-            let index = self.response.output.len();
-            let id = call.id.replacen("call_", "fc_", 1);
-            let item = |arguments: &str, status: &str| OutputItem::FunctionCall {
-                id: id.clone(),
-                call_id: call.id.clone(),
-                name: call.function.name.clone(),
-                arguments: arguments.to_owned(),
-                status: status.to_owned(),
-            };
-            out.push(EventKind::OutputItemAdded {
-                output_index: index as u32,
-                item: item("", "in_progress"),
-            });
-            out.push(EventKind::FunctionCallArgumentsDelta {
-                item_id: id.clone(),
-                output_index: index as u32,
-                delta: call.function.arguments.clone(),
-            });
-            out.push(EventKind::FunctionCallArgumentsDone {
-                item_id: id.clone(),
-                output_index: index as u32,
-                name: call.function.name.clone(),
-                arguments: call.function.arguments.clone(),
-            });
-            let done = item(&call.function.arguments, "completed");
-            out.push(EventKind::OutputItemDone {
-                output_index: index as u32,
-                item: done.clone(),
-            });
-            self.response.output.push(done);
+        for part in split.parts {
+            self.call_part(part, &mut out);
         }
         if u.finish.is_some() {
             self.close_message(&mut out);

@@ -13,6 +13,7 @@ Usage: anthropic_conformance.py --base-url http://127.0.0.1:PORT --model NAME
 """
 
 import argparse
+import json
 import sys
 import traceback
 
@@ -149,9 +150,16 @@ def tool_use_round_trip(c):
     expect_eq(use.name, "get_weather", "tool name")
     expect(isinstance(use.input.get("city"), str), f"input {use.input!r}")
     # Streamed, the same call.
+    # The input streams as generated: several input_json_delta pieces, not one at the end.
+    pieces = []
     with c.stream(messages=WEATHER_ASK, tools=[WEATHER_TOOL], tool_choice={"type": "any"},
                   max_tokens=40) as s:
+        for event in s:
+            if event.type == "content_block_delta" and event.delta.type == "input_json_delta":
+                pieces.append(event.delta.partial_json)
         final = s.get_final_message()
+    expect(len(pieces) >= 3, f"input came in {len(pieces)} piece(s): {pieces!r}")
+    expect_eq(json.loads("".join(pieces)), use.input, "joined input_json_delta pieces")
     streamed = [b for b in final.content if b.type == "tool_use"]
     expect_eq([(b.name, b.input) for b in streamed], [(use.name, use.input)], "streamed call")
     expect_eq(final.stop_reason, "tool_use", "streamed stop_reason")

@@ -155,6 +155,7 @@ def function_call_round_trip(c):
             if event.type == "response.function_call_arguments.delta":
                 arg_deltas.append(event.delta)
         final = s.get_final_response()
+    expect(len(arg_deltas) >= 3, f"arguments came in {len(arg_deltas)} delta(s): {arg_deltas!r}")
     expect_eq("".join(arg_deltas), call.arguments, "streamed argument deltas")
     expect_eq([(f.name, f.arguments) for f in calls_of(final)], [(call.name, call.arguments)],
               "streamed call")

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Tool round trips as agent frameworks run them, through the official `openai` client (1.x):
 `tool_choice: "auto"` yields a call (whatever syntax the model wrote it in), streamed as
-`delta.tool_calls`; the call and its result go back; the model answers in text. Also a named
+`delta.tool_calls`; the call and its result go back; the model answers in text. Tagged calls
+stream their arguments as they are generated. Also a named
 `tool_choice` (finish_reason "stop", as OpenAI reports it) and `parallel_tool_calls: false`.
 Runs every check, prints one line per check, exits 1 if any failed.
 Started by crates/server/tests/front_apis.rs for each tool-trained model.
@@ -115,6 +116,25 @@ def auto_call_streams_as_tool_calls(c):
     expect_eq(finish, "tool_calls", "streamed finish_reason")
     expect_eq([(p["name"], json.loads(p["arguments"])) for p in pieces.values()],
               [(want.function.name, json.loads(want.function.arguments))], "streamed call")
+
+
+@check
+def arguments_stream_as_they_are_generated(c):
+    # A tagged call (the grammar of `required` writes the template's <tool_call> tags) streams
+    # its arguments token by token, not in one piece at the end; joined they are the
+    # non-streamed call's arguments, byte for byte.
+    whole = c.chat(messages=ASK, tools=TOOLS, tool_choice="required")
+    want = one_call(whole.choices[0], "non-streamed")
+    heads, pieces = [], []
+    for chunk in c.chat(messages=ASK, tools=TOOLS, tool_choice="required", stream=True):
+        for tc in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
+            if tc.id:
+                heads.append(tc.function.name)
+            if tc.function and tc.function.arguments:
+                pieces.append(tc.function.arguments)
+    expect_eq(heads, [want.function.name], "streamed call heads")
+    expect(len(pieces) >= 3, f"arguments came in {len(pieces)} piece(s): {pieces!r}")
+    expect_eq("".join(pieces), want.function.arguments, "joined argument pieces")
 
 
 @check

@@ -109,11 +109,25 @@ pub(crate) fn run<E: ModelExecutor>(
         for out in outs {
             deliver(out, &mut core, &mut routes);
         }
+        if core.waiting_on_tier() {
+            // Only tier reads are pending: wait for them (or a command) without spinning.
+            match rx.recv_timeout(std::time::Duration::from_millis(1)) {
+                Ok(cmd) => {
+                    if !apply(cmd, &mut core, &mut routes) {
+                        break;
+                    }
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => disconnected = true,
+            }
+        }
         if let Some(q) = &mut kv_events {
             q.flush(&mut core);
         }
         publish(&core, &shared.stats);
     }
+    // The memory cache dies with the process: what the tier lacks of it goes there first.
+    core.flush_kv_tier();
     publish(&core, &shared.stats);
 }
 

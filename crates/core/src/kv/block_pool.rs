@@ -32,6 +32,9 @@ pub struct BlockPool {
     cached: HashMap<BlockHash, BlockId>,
     /// Changes to `cached`, recorded only when KV events are on.
     events: Option<KvEventLog>,
+    /// Cached blocks handed out again since the last `take_evictions` (block, hash), recorded
+    /// only when a lower KV tier wants them.
+    evictions: Option<Vec<(BlockId, BlockHash)>>,
 }
 
 impl BlockPool {
@@ -53,6 +56,7 @@ impl BlockPool {
             num_free: 0,
             cached: HashMap::new(),
             events: None,
+            evictions: None,
         };
         for id in 0..num_blocks as u32 {
             pool.push_free(id);
@@ -112,6 +116,9 @@ impl BlockPool {
                 if let Some(log) = &mut self.events {
                     log.removed(h);
                 }
+                if let Some(ev) = &mut self.evictions {
+                    ev.push((id, h));
+                }
             }
             self.blocks[id as usize].ref_cnt = 1;
             out.push(id);
@@ -163,6 +170,20 @@ impl BlockPool {
     /// Starts recording KV events (`block_size` tokens per block).
     pub fn enable_events(&mut self, block_size: usize) {
         self.events = Some(KvEventLog::new(block_size));
+    }
+
+    /// Starts recording evictions of cached blocks (for a lower KV tier).
+    pub fn record_evictions(&mut self) {
+        self.evictions.get_or_insert_with(Vec::new);
+    }
+
+    /// Cached blocks evicted since the last call, in eviction order (their bytes are still in
+    /// the arena until the step that reuses them runs).
+    pub fn take_evictions(&mut self) -> Vec<(BlockId, BlockHash)> {
+        self.evictions
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     /// Whether KV events are recorded.

@@ -9,6 +9,7 @@ use super::block_hash::BlockHash;
 use super::block_pool::{BlockId, BlockPool};
 use super::kv_events::{KvEvent, KvEventLog};
 use super::kv_group::{KvGroup, NULL_BLOCK, group_key};
+use super::kv_tier::KvTier;
 use crate::request::{Request, SeqId};
 
 /// Prefix-cache counters, in tokens (vLLM's `prefix_cache_queries` / `_hits`).
@@ -59,9 +60,12 @@ pub struct KvCacheManager {
     block_group: Vec<u16>,
     held: Vec<usize>,
     pub stats: PrefixCacheStats,
+    /// The lower tier (disk) evicted blocks go to and hits may be read back from.
+    tier: Option<std::sync::Arc<dyn KvTier>>,
 }
 
 mod shift;
+mod tier;
 
 impl KvCacheManager {
     /// One full-attention group.
@@ -92,6 +96,7 @@ impl KvCacheManager {
             in_flight: HashMap::new(),
             block_group: vec![0; num_blocks],
             stats: PrefixCacheStats::default(),
+            tier: None,
         }
     }
 

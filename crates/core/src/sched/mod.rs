@@ -6,6 +6,7 @@ pub mod output;
 pub mod queue;
 pub mod scheduler;
 pub mod stop;
+mod tier_load;
 
 pub use output::{ContextShift, NewSeqData, ScheduledSeq, SchedulerOutput};
 pub use scheduler::{Scheduler, SchedulerCounters, SeqResult, SeqUpdate};

@@ -2,7 +2,8 @@
 //! first time it is scheduled, then only its new blocks and token counts. The executor keeps
 //! each sequence's tokens and sampler until the sequence appears in `finished_seq_ids`.
 
-use crate::kv::BlockId;
+use crate::kv::block_hash::BlockHash;
+use crate::kv::{BlockId, KvLoad};
 use crate::request::SeqId;
 use crate::sampling_params::SamplingParams;
 
@@ -64,10 +65,21 @@ pub struct SchedulerOutput {
     pub finished_seq_ids: Vec<SeqId>,
     /// Sequences preempted this step (their KV is gone; they come back with `resumed`).
     pub preempted_seq_ids: Vec<SeqId>,
+    /// Cached blocks evicted this step that the lower KV tier lacks, `(block, group key)`: the
+    /// executor copies their bytes out first, before anything this step writes.
+    pub kv_saves: Vec<(BlockId, BlockHash)>,
+    /// Blocks read back from the lower tier: written into their blocks after `kv_saves` and
+    /// before the forward pass (they are cached blocks from this step on).
+    pub kv_loads: Vec<KvLoad>,
 }
 
 impl SchedulerOutput {
     pub fn is_empty(&self) -> bool {
         self.scheduled.is_empty()
+    }
+
+    /// Whether the executor has anything to do: a forward pass or tier copies.
+    pub fn has_work(&self) -> bool {
+        !self.scheduled.is_empty() || !self.kv_saves.is_empty() || !self.kv_loads.is_empty()
     }
 }

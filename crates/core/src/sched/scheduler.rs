@@ -14,6 +14,7 @@ use std::time::Instant;
 use super::output::{ContextShift, NewSeqData, ScheduledSeq, SchedulerOutput};
 use super::queue::{QueueKey, WaitingQueue};
 use super::stop::check_stop;
+use super::tier_load::TierStep;
 use crate::config::SchedulerConfig;
 use crate::kv::{BlockId, ComputedBlocks, KvCacheManager, NULL_BLOCK};
 use crate::request::{FinishReason, Request, RequestStatus, SeqId};
@@ -180,6 +181,9 @@ impl Scheduler {
         }
         self.kv.free(seq);
         self.pending_shifts.remove(&seq);
+        if let (Some(load), Some(tier)) = (req.loading.take(), self.kv.tier()) {
+            tier.cancel(load.ticket);
+        }
         req.status = RequestStatus::Finished(reason);
         if self.known_to_executor.remove(&seq) {
             self.finished_since_last_step.push(seq);
@@ -259,6 +263,10 @@ impl Scheduler {
                     Some(req) => self.kv.get_computed_blocks(req),
                     None => continue,
                 };
+                let computed = match self.through_tier(seq, computed, &mut out) {
+                    TierStep::Go(c) => c,
+                    TierStep::Wait => continue, // its blocks are being read from the tier
+                };
                 let req = &self.requests[&seq];
                 if self.kv.next_block_in_flight(req, computed.num_blocks()) {
                     // Another sequence is computing this prefix right now: wait for it rather
@@ -292,6 +300,7 @@ impl Scheduler {
         if self.spec.is_some() && out.preempted_seq_ids.is_empty() {
             self.add_speculation(&mut out, budget);
         }
+        out.kv_saves = self.kv.take_saves();
         out.total_num_scheduled_tokens = out.scheduled.iter().map(|s| s.num_scheduled_tokens).sum();
         for s in &out.scheduled {
             if let Some(r) = self.requests.get(&s.seq_id) {
@@ -462,6 +471,7 @@ impl Scheduler {
         if let Some(r) = self.requests.get_mut(&seq) {
             r.num_computed_tokens = 0;
             r.num_preemptions += 1;
+            r.tier_checked = false; // its blocks may have gone to the tier meanwhile
             r.status = RequestStatus::Preempted;
             let key = QueueKey {
                 fresh: false,

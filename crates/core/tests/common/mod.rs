@@ -6,6 +6,9 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 use std::collections::HashMap;
+use std::sync::Mutex;
+
+use pagoda_core::kv::{BlockHash, KvTier, KvTierStats, LoadTicket};
 
 use pagoda_core::kv::KvGroup;
 use pagoda_core::{
@@ -32,6 +35,102 @@ pub struct FakeExecutor {
     /// proposals are cut short at random, so acceptance, rejection and partial proposals all
     /// happen.
     pub wrong_every: u32,
+    /// A lower KV tier whose "files" are copies of the arena's slots.
+    pub tier: Option<std::sync::Arc<FakeTier>>,
+}
+
+/// Slot contents of one block.
+type Slots = Vec<Option<(u32, usize)>>;
+/// A read's state: finished, and the blocks read (in key order, up to the first missing one).
+type Read = (bool, Vec<(BlockHash, Slots)>);
+
+/// A lower KV tier in memory: saved blocks are their slots' (token, position) contents, a
+/// read finishes at the second poll (so sequences really wait in the loading state), and
+/// `forget_every` loses some saved blocks, so reads also stop short.
+#[derive(Debug, Default)]
+pub struct FakeTier {
+    store: Mutex<HashMap<BlockHash, Slots>>,
+    reads: Mutex<HashMap<LoadTicket, Read>>,
+    pending: Mutex<HashMap<LoadTicket, Vec<BlockHash>>>,
+    next: Mutex<LoadTicket>,
+    pub forget_every: u8,
+    /// Blocks installed from the tier so far.
+    pub installed: Mutex<u64>,
+}
+
+impl KvTier for FakeTier {
+    fn enabled(&self) -> bool {
+        true
+    }
+    fn contains(&self, key: &BlockHash) -> bool {
+        self.store.lock().unwrap().contains_key(key)
+    }
+    fn worth_reading(&self, _blocks: usize, _tokens: usize) -> bool {
+        true
+    }
+    fn prefetch(&self, keys: Vec<BlockHash>) -> LoadTicket {
+        let mut n = self.next.lock().unwrap();
+        *n += 1;
+        self.pending.lock().unwrap().insert(*n, keys);
+        *n
+    }
+    fn poll(&self, ticket: LoadTicket) -> Option<usize> {
+        if let Some(keys) = self.pending.lock().unwrap().remove(&ticket) {
+            // First poll: the "read" happens now and is reported done at the next one.
+            let store = self.store.lock().unwrap();
+            let got: Vec<_> = keys
+                .iter()
+                .map_while(|k| Some((*k, store.get(k)?.clone())))
+                .collect();
+            self.reads.lock().unwrap().insert(ticket, (false, got));
+            return None;
+        }
+        let mut reads = self.reads.lock().unwrap();
+        match reads.get_mut(&ticket) {
+            Some(r) => {
+                r.0 = true;
+                Some(r.1.len())
+            }
+            None => Some(0),
+        }
+    }
+    fn cancel(&self, ticket: LoadTicket) {
+        self.pending.lock().unwrap().remove(&ticket);
+        self.reads.lock().unwrap().remove(&ticket);
+    }
+    fn stats(&self) -> KvTierStats {
+        KvTierStats::default()
+    }
+    fn record_lookup(&self, _hit: usize, _miss: usize) {}
+}
+
+impl FakeTier {
+    /// A tier that loses the blocks whose key's first byte is a multiple of `forget_every`
+    /// (0: loses none).
+    pub fn new(forget_every: u8) -> Self {
+        Self {
+            forget_every,
+            ..Self::default()
+        }
+    }
+
+    fn save(&self, key: BlockHash, slots: Slots) {
+        if self.forget_every > 0 && key.0[0].is_multiple_of(self.forget_every) {
+            return;
+        }
+        self.store.lock().unwrap().insert(key, slots);
+    }
+
+    /// The slots read for `key` by `ticket` (which must have finished).
+    fn read(&self, ticket: LoadTicket, key: &BlockHash) -> Option<Slots> {
+        let reads = self.reads.lock().unwrap();
+        let (done, blocks) = reads.get(&ticket)?;
+        assert!(*done, "a read installed before it finished");
+        blocks
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, s)| s.clone())
+    }
 }
 
 impl FakeExecutor {
@@ -56,10 +155,27 @@ impl ModelExecutor for FakeExecutor {
             std::thread::sleep(d);
         }
         self.steps.push(step.clone());
+        let bs = self.block_size;
+        if let Some(tier) = &self.tier {
+            // Saves before loads, both before any KV is written: as the real runner does.
+            for &(b, key) in &step.kv_saves {
+                let b = b as usize;
+                tier.save(key, self.arena[b * bs..(b + 1) * bs].to_vec());
+            }
+            for load in &step.kv_loads {
+                let slots = tier
+                    .read(load.ticket, &load.key)
+                    .expect("installed a block not read");
+                let b = load.block_id as usize;
+                self.arena[b * bs..(b + 1) * bs].clone_from_slice(&slots);
+                *tier.installed.lock().unwrap() += 1;
+            }
+        } else {
+            assert!(step.kv_saves.is_empty() && step.kv_loads.is_empty());
+        }
         for id in &step.finished_seq_ids {
             self.seqs.remove(id);
         }
-        let bs = self.block_size;
         let mut out = ExecutorOutput::default();
         for s in &step.scheduled {
             if let Some(new) = &s.new {

@@ -2,9 +2,11 @@
 //! template, or by `--tool-call-parser`), incremental parsers that split generated text into
 //! content and complete calls, the generic prompt format for templates that ignore `tools`, and
 //! the Lark grammars that force a valid call for `tool_choice` required / named, and the
-//! recognition of calls written without markup (`bare.rs`) for `tool_choice: "auto"`.
+//! recognition of calls written without markup (`bare.rs`) for `tool_choice: "auto"`. Tagged
+//! calls stream (name, then arguments as generated); other calls come whole when complete.
 
 mod bare;
+mod call_head;
 mod generic;
 mod grammar;
 mod hermes;
@@ -30,7 +32,13 @@ pub struct ParsedToolCall {
 pub enum ToolEvent {
     /// Text outside any call, for `content`.
     Content(String),
-    /// A complete call (the `index`-th of this generation).
+    /// The `index`-th call of this generation has begun: its name is known, its arguments
+    /// follow as [`ToolEvent::Arguments`] pieces.
+    CallStart { index: usize, name: String },
+    /// The next piece of a started call's arguments (compact JSON text).
+    Arguments { index: usize, text: String },
+    /// A complete call (the `index`-th of this generation). For a started call its arguments
+    /// are exactly the pieces given out, joined; otherwise the call arrives whole here.
     Call { index: usize, call: ParsedToolCall },
 }
 
@@ -184,7 +192,15 @@ impl ToolCallStream {
                     Some(ToolEvent::Content(prev)) => prev.push_str(&t),
                     _ => out.push(ToolEvent::Content(t)),
                 },
-                Piece::Call(call) => {
+                Piece::Start(name) => out.push(ToolEvent::CallStart {
+                    index: self.calls,
+                    name,
+                }),
+                Piece::Arguments(text) => out.push(ToolEvent::Arguments {
+                    index: self.calls,
+                    text,
+                }),
+                Piece::Call(call) | Piece::End(call) => {
                     out.push(ToolEvent::Call {
                         index: self.calls,
                         call,
@@ -201,7 +217,12 @@ impl ToolCallStream {
 #[derive(Debug)]
 enum Piece {
     Content(String),
+    /// A whole call.
     Call(ParsedToolCall),
+    /// A streamed call: its name, its arguments' pieces, its end.
+    Start(String),
+    Arguments(String),
+    End(ParsedToolCall),
 }
 
 /// Reads `{"name": ..., "arguments": {...}}` (also `parameters`, or arguments as a JSON string),

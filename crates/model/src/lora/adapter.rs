@@ -2,7 +2,7 @@
 //! `[rank][out]` (both products of `kernels::lora` read contiguous rows), the scale folded from
 //! alpha / rank and the user's scale, and a digest of all of it that keys the prefix cache.
 
-use std::hash::{DefaultHasher, Hash, Hasher};
+use sha2::{Digest, Sha256};
 
 use crate::config::ModelConfig;
 
@@ -126,10 +126,15 @@ impl LoraWeights {
         4 * (self.a.len() + self.bt.len())
     }
 
-    fn hash_into(&self, h: &mut DefaultHasher) {
-        (self.rank, self.d_in, self.d_out, self.scale.to_bits()).hash(h);
+    /// Shapes, scale and weights as little-endian bytes: a layout fixed by this code, not by
+    /// the compiler, so the digest is the same in every build.
+    fn hash_into(&self, h: &mut Sha256) {
+        for n in [self.rank, self.d_in, self.d_out] {
+            h.update((n as u64).to_le_bytes());
+        }
+        h.update(self.scale.to_bits().to_le_bytes());
         for v in self.a.iter().chain(&self.bt) {
-            v.to_bits().hash(h);
+            h.update(v.to_bits().to_le_bytes());
         }
     }
 }
@@ -153,18 +158,24 @@ impl LoraAdapter {
         for (il, t, w) in parts {
             layers[il][t.index()] = Some(w);
         }
-        let mut h = DefaultHasher::new();
-        0x6c6f_7261u32.hash(&mut h); // "lora"
+        let mut h = Sha256::new();
+        h.update(b"pagoda-lora-v1");
         for (il, layer) in layers.iter().enumerate() {
             for (t, w) in layer.iter().enumerate() {
                 if let Some(w) = w {
-                    (il, t).hash(&mut h);
+                    h.update((il as u64).to_le_bytes());
+                    h.update((t as u64).to_le_bytes());
                     w.hash_into(&mut h);
                 }
             }
         }
+        // The first 8 bytes of SHA-256: pinned across builds (so a KV event or a disk-tier block
+        // keyed by it means the same adapter everywhere) and wide enough for an identity.
+        let sum = h.finalize();
+        let mut first = [0u8; 8];
+        first.copy_from_slice(&sum[..8]);
         Self {
-            digest: h.finish(),
+            digest: u64::from_le_bytes(first),
             layers,
         }
     }
@@ -210,4 +221,29 @@ impl LoraAdapter {
                 .filter_map(move |t| l[t.index()].as_ref().map(|w| (il, t, w)))
         })
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The digest is part of the pinned block hash (KV events, the disk tier): it must not move
+    /// between builds or toolchains. A change to this value is a format change.
+    #[test]
+    fn the_digest_is_pinned() {
+        let w = LoraWeights::new(
+            2,
+            3,
+            2,
+            vec![0.5, -1.0, 2.0, 0.25, 0.0, 1.5],
+            &[1.0, 2.0, 3.0, 4.0],
+            0.5,
+        );
+        let a = LoraAdapter::from_parts(2, [(1, LoraTarget::V, w.clone())]);
+        let b = LoraAdapter::from_parts(2, [(1, LoraTarget::K, w)]);
+        assert_ne!(a.digest(), b.digest(), "the target is part of the identity");
+        assert_eq!(a.digest(), PINNED, "{:#018x}", a.digest());
+    }
+
+    const PINNED: u64 = 0x9451_274b_4263_2466;
 }

@@ -11,7 +11,7 @@
 //! (written to a temporary file in the same directory, then renamed over). A failure to write
 //! is logged once and costs only the next start-up.
 
-mod checksum;
+pub(crate) mod checksum;
 mod format;
 mod location;
 mod read;

@@ -8,7 +8,7 @@ use pagoda_protocol::{
     MessageContent, Role, ToolCallDelta, Usage,
 };
 
-use crate::chat_output::{ChoiceOutput, Split};
+use crate::chat_output::{CallPart, ChoiceOutput, Split};
 use crate::chat_prompt::{PromptOptions, content_text, render, tokenize};
 use crate::constraints;
 use crate::generation::ChoiceUpdate;
@@ -283,9 +283,7 @@ impl Formatter {
         let mut split = self.outputs[i].push(&u.text);
         if u.finish.is_some() {
             let tail = self.outputs[i].finish();
-            split.content.push_str(&tail.content);
-            split.reasoning.push_str(&tail.reasoning);
-            split.calls.extend(tail.calls);
+            split.extend(tail);
         }
         if let Some(e) = &self.echo_text
             && !self.echoed[i]
@@ -319,9 +317,9 @@ impl Formatter {
         }
     }
 
-    /// The SSE events of one update: a content / reasoning chunk if it adds text, two chunks
-    /// per completed tool call (id, type and name; then the arguments), a finish chunk if it
-    /// ends.
+    /// The SSE events of one update: a content / reasoning chunk if it adds text, a chunk per
+    /// tool-call part (id, type and name when a call starts; then each piece of its arguments
+    /// as generated), a finish chunk if it ends.
     fn update_events(&mut self, u: ChoiceUpdate) -> String {
         let (split, lp, finish) = self.parts(&u);
         let mut out = String::new();
@@ -338,34 +336,35 @@ impl Formatter {
             let choice = chunk_choice(u.index, delta, lp, None);
             out.push_str(&sse::data(&self.chunk(vec![choice], None)));
         }
-        for (index, call) in split.calls {
-            let head = ToolCallDelta {
-                index,
-                id: Some(call.id),
-                kind: Some(call.kind),
-                function: Some(FunctionCallDelta {
-                    name: Some(call.function.name),
-                    arguments: Some(String::new()),
-                }),
+        for part in split.parts {
+            let piece = match part {
+                CallPart::Start { index, id, name } => ToolCallDelta {
+                    index,
+                    id: Some(id),
+                    kind: Some("function".to_owned()),
+                    function: Some(FunctionCallDelta {
+                        name: Some(name),
+                        arguments: Some(String::new()),
+                    }),
+                },
+                CallPart::Arguments { index, text } => ToolCallDelta {
+                    index,
+                    id: None,
+                    kind: None,
+                    function: Some(FunctionCallDelta {
+                        name: None,
+                        arguments: Some(text),
+                    }),
+                },
+                CallPart::End { .. } => continue,
             };
-            let args = ToolCallDelta {
-                index,
-                id: None,
-                kind: None,
-                function: Some(FunctionCallDelta {
-                    name: None,
-                    arguments: Some(call.function.arguments),
-                }),
+            let delta = ChatDelta {
+                tool_calls: Some(vec![piece]),
+                ..Default::default()
             };
-            for piece in [head, args] {
-                let delta = ChatDelta {
-                    tool_calls: Some(vec![piece]),
-                    ..Default::default()
-                };
-                out.push_str(&sse::data(
-                    &self.chunk(vec![chunk_choice(u.index, delta, None, None)], None),
-                ));
-            }
+            out.push_str(&sse::data(
+                &self.chunk(vec![chunk_choice(u.index, delta, None, None)], None),
+            ));
         }
         if let (Some(f), Some(reason)) = (u.finish, finish) {
             let mut choice = chunk_choice(u.index, ChatDelta::default(), None, Some(reason));

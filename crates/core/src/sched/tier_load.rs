@@ -1,0 +1,81 @@
+//! A waiting sequence and the lower KV tier: when its prefix misses in memory but its next
+//! blocks are on disk (and reading them beats recomputing them), the scheduler starts a read
+//! on the tier's thread and skips the sequence (status unchanged, it keeps its queue place)
+//! until the read is done; then the blocks are installed as cached blocks and the sequence is
+//! admitted with the longer hit. Other sequences are scheduled meanwhile.
+
+use super::output::SchedulerOutput;
+use super::scheduler::Scheduler;
+use crate::kv::{ComputedBlocks, PendingLoad};
+use crate::request::SeqId;
+
+/// What the waiting loop does with a sequence after asking the tier.
+pub(super) enum TierStep {
+    /// Admit it with this hit.
+    Go(ComputedBlocks),
+    /// Its blocks are being read: skip it this step.
+    Wait,
+}
+
+impl Scheduler {
+    /// Looks past `computed` (the memory hit of waiting `seq`) in the lower tier; installs a
+    /// finished read's blocks (their writes go in `out.kv_loads`).
+    pub(super) fn through_tier(
+        &mut self,
+        seq: SeqId,
+        computed: ComputedBlocks,
+        out: &mut SchedulerOutput,
+    ) -> TierStep {
+        let Some(tier) = self.kv.tier().cloned() else {
+            return TierStep::Go(computed);
+        };
+        let Some(req) = self.requests.get(&seq) else {
+            return TierStep::Go(computed);
+        };
+        if let Some(load) = req.loading.clone() {
+            let Some(read) = tier.poll(load.ticket) else {
+                return TierStep::Wait;
+            };
+            let loads = self.kv.install(req, &load, read);
+            if loads.is_empty() {
+                tier.cancel(load.ticket);
+            }
+            out.kv_loads.extend(loads);
+            let computed = self.kv.get_computed_blocks(req);
+            if let Some(r) = self.requests.get_mut(&seq) {
+                r.loading = None;
+            }
+            return TierStep::Go(computed);
+        }
+        if req.tier_checked {
+            return TierStep::Go(computed);
+        }
+        let hit = computed.num_blocks();
+        let (n, keys, looked) = self.kv.tier_hit(req, hit);
+        let bs = self.kv.block_size();
+        let worth = n > 0 && tier.worth_reading(keys.len(), n * bs);
+        let found = if worth { n } else { 0 };
+        tier.record_lookup(found, looked - found);
+        let Some(r) = self.requests.get_mut(&seq) else {
+            return TierStep::Go(computed);
+        };
+        r.tier_checked = true;
+        if !worth {
+            return TierStep::Go(computed);
+        }
+        r.loading = Some(PendingLoad {
+            ticket: tier.prefetch(keys),
+            first_block: hit,
+            num_blocks: n,
+        });
+        TierStep::Wait
+    }
+
+    /// Sequences waiting for a tier read.
+    pub fn num_loading(&self) -> usize {
+        self.requests
+            .values()
+            .filter(|r| r.loading.is_some())
+            .count()
+    }
+}
