@@ -131,4 +131,43 @@ mod tests {
         uint(&mut v, 70_000);
         assert_eq!(v, [0xcd, 0x01, 0x2c, 0xce, 0x00, 0x01, 0x11, 0x70]);
     }
+
+    #[test]
+    fn what_is_encoded_decodes_to_the_same_events() {
+        use crate::decode::{WireEvent, decode_batch};
+        let h = |b: u8| BlockHash([b; 32]);
+        let b = KvEventBatch {
+            ts: 2.0,
+            events: vec![
+                KvEvent::BlockStored {
+                    block_hashes: vec![h(1), h(200)],
+                    parent_block_hash: Some(h(7)),
+                    token_ids: (0..32).map(|t| t * 1000).collect(),
+                    block_size: 16,
+                    lora_id: Some(u64::MAX),
+                },
+                KvEvent::BlockRemoved {
+                    block_hashes: vec![h(1)],
+                },
+                KvEvent::AllBlocksCleared,
+            ],
+        };
+        let got = decode_batch(&encode_batch(&b)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(got.ts, 2.0);
+        assert_eq!(
+            got.events,
+            [
+                WireEvent::BlockStored {
+                    block_hashes: vec![h(1).external(), h(200).external()],
+                    parent_block_hash: Some(h(7).external()),
+                    token_ids: (0..32).map(|t| t * 1000).collect(),
+                    block_size: 16,
+                },
+                WireEvent::BlockRemoved {
+                    block_hashes: vec![h(1).external()],
+                },
+                WireEvent::AllBlocksCleared,
+            ]
+        );
+    }
 }

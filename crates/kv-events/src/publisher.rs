@@ -15,8 +15,7 @@ use zeromq::{PubSocket, RouterSocket, Socket, SocketRecv, SocketSend, ZmqMessage
 use crate::config::{KvEventsConfig, tcp_address};
 use crate::msgpack::encode_batch;
 
-/// The end-of-replay marker: sequence number -1 as a signed 8-byte integer.
-pub const END_SEQ: [u8; 8] = [0xff; 8];
+pub use crate::END_SEQ;
 
 /// Why publishing could not start.
 #[derive(Debug, thiserror::Error)]

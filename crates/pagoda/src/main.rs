@@ -6,6 +6,7 @@ mod engine_args;
 mod generate;
 mod model_path;
 mod perplexity;
+mod router;
 mod serve;
 mod speculative_args;
 
@@ -35,6 +36,9 @@ enum Command {
     Bench(pagoda_bench::BenchArgs),
     /// Serve the model over an OpenAI-compatible HTTP API.
     Serve(serve::ServeArgs),
+    /// Route OpenAI requests over several `pagoda serve` replicas (round robin, least load, or
+    /// cache aware from their KV events).
+    Router(router::RouterArgs),
     /// Chat in the terminal with a local model or a running server (--url).
     Chat(chat::ChatArgs),
     /// Perplexity of a model over a text file, and KL divergence against a saved base run.
@@ -51,7 +55,7 @@ fn main() {
     let default_filter = if generating {
         "warn"
     } else {
-        "warn,pagoda_model::engine_setup=info,pagoda_server=info,pagoda=info"
+        "warn,pagoda_model::engine_setup=info,pagoda_server=info,pagoda_router=info,pagoda=info"
     };
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -86,6 +90,7 @@ fn main() {
     let result = match cli.command {
         Command::Generate(args) => generate::run(args),
         Command::Serve(args) => serve::run(args),
+        Command::Router(args) => router::run(args),
         Command::Bench(args) => pagoda_bench::run(args),
         Command::Chat(args) => chat::run(args),
         Command::Perplexity(args) => perplexity::run(args),

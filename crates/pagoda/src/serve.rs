@@ -226,7 +226,7 @@ fn positive_secs(flag: &str, secs: f64) -> anyhow::Result<Duration> {
 }
 
 /// Resolves on the first SIGINT (Ctrl-C) or SIGTERM.
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };

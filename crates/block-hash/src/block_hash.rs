@@ -6,7 +6,7 @@ use std::fmt;
 
 use sha2::{Digest, Sha256};
 
-use super::canonical_cbor as cbor;
+use crate::canonical_cbor as cbor;
 
 /// The full 32-byte SHA-256: a collision would silently serve another prompt's KV.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

@@ -1,0 +1,50 @@
+//! What every handler shares: the pool, the policy, the HTTP client to the replicas, the
+//! prompt tokenizer and root hash for cache-aware keys, and the router's counters.
+
+use std::sync::Arc;
+
+use pagoda_block_hash::{BlockHash, root_hash};
+
+use crate::config::{PolicyKind, RouterConfig};
+use crate::metrics::RouterMetrics;
+use crate::policy::{self, Policy};
+use crate::pool::Pool;
+use crate::prompt::PromptTokenizer;
+
+/// Shared by the handlers (behind an `Arc`).
+pub struct RouterState {
+    pub pool: Arc<Pool>,
+    pub policy: Box<dyn Policy>,
+    pub policy_kind: PolicyKind,
+    pub client: reqwest::Client,
+    /// Set for `cache_aware` (the other policies never tokenize).
+    pub tokenizer: Option<Arc<PromptTokenizer>>,
+    /// The replicas' root hash (from their `--prefix-cache-hash-seed`).
+    pub root: BlockHash,
+    pub metrics: RouterMetrics,
+}
+
+impl RouterState {
+    /// From a checked config; the pool is filled by the caller.
+    pub fn new(config: &RouterConfig, pool: Arc<Pool>) -> Result<Self, reqwest::Error> {
+        let client = reqwest::Client::builder()
+            .connect_timeout(config.connect_timeout)
+            // Loopback and cluster addresses: never through an environment proxy.
+            .no_proxy()
+            .tcp_nodelay(true)
+            .build()?;
+        let tokenizer = match config.policy {
+            PolicyKind::CacheAware => config.tokenizer.clone(),
+            _ => None,
+        };
+        Ok(Self {
+            pool,
+            policy: policy::build(config),
+            policy_kind: config.policy,
+            client,
+            tokenizer,
+            root: root_hash(&config.hash_seed),
+            metrics: RouterMetrics::default(),
+        })
+    }
+}

@@ -1,0 +1,349 @@
+//! The router against two real `pagoda serve` replicas (SmolLM2, `--threads 1`, KV events on)
+//! on loopback, in one test so the replicas load once: round robin alternates, a stream passes
+//! through byte for byte (ids and timestamps aside), cache-aware routing sends a request to the
+//! replica holding its prefix (seen in `cached_tokens`), a draining replica gets no new
+//! requests, and a replica killed mid-stream ends the client's stream with an SSE error event.
+//! Needs the `pagoda` binary built (`cargo build -p pagoda`; a workspace test run builds it).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use pagoda_router::{PolicyKind, PromptTokenizer, RouterConfig, WORKER_HEADER, WorkerSpec};
+use serde_json::{Value, json};
+
+const MODEL_NAME: &str = "SmolLM2-135M-Instruct.Q4_1";
+
+fn model() -> PathBuf {
+    let dir = match std::env::var_os("PAGODA_MODEL_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/pagoda/models"),
+    };
+    dir.join(format!("{MODEL_NAME}.gguf"))
+}
+
+/// `$PAGODA_BIN`, else `pagoda` next to this test's `deps/` directory.
+fn pagoda_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("PAGODA_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().unwrap();
+    let bin = exe.parent().unwrap().parent().unwrap().join("pagoda");
+    assert!(
+        bin.is_file(),
+        "{} is missing: build it first (cargo build -p pagoda) or set PAGODA_BIN",
+        bin.display()
+    );
+    bin
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A `pagoda serve` child process, killed when dropped.
+struct Replica {
+    child: Child,
+    url: String,
+    spec: WorkerSpec,
+}
+
+impl Replica {
+    fn start() -> Self {
+        let (port, events, replay) = (free_port(), free_port(), free_port());
+        let kv = json!({"enable_kv_cache_events": true, "publisher": "zmq",
+                        "endpoint": format!("tcp://127.0.0.1:{events}"),
+                        "replay_endpoint": format!("tcp://127.0.0.1:{replay}")});
+        let child = Command::new(pagoda_bin())
+            .args(["serve", "--threads", "1", "--port", &port.to_string()])
+            .args(["--kv-cache-memory", "64MiB", "--max-model-len", "2048"])
+            .args(["--shutdown-timeout", "30"])
+            .arg("--kv-events-config")
+            .arg(kv.to_string())
+            .arg("--model")
+            .arg(model())
+            .env_remove("PAGODA_LOG")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let url = format!("http://127.0.0.1:{port}");
+        let spec = WorkerSpec::parse(&format!(
+            "{url},events=tcp://127.0.0.1:{events},replay=tcp://127.0.0.1:{replay}"
+        ))
+        .unwrap();
+        Self { child, url, spec }
+    }
+
+    async fn wait_ready(&self, c: &reqwest::Client) {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let r = c.get(format!("{}/ready", self.url)).send().await;
+            if r.is_ok_and(|r| r.status() == 200) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{} never got ready", self.url);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An in-process router over `replicas`; its base URL.
+async fn router(policy: PolicyKind, replicas: &[&Replica]) -> String {
+    let tokenizer = match policy {
+        PolicyKind::CacheAware => Some(Arc::new(PromptTokenizer::open(&model(), None).unwrap())),
+        _ => None,
+    };
+    let config = RouterConfig {
+        workers: replicas.iter().map(|r| r.spec.clone()).collect(),
+        dns: None,
+        policy,
+        tokenizer,
+        hash_seed: "0".into(),
+        tuning: Default::default(),
+        poll_interval: Duration::from_millis(200),
+        connect_timeout: Duration::from_secs(2),
+        max_request_bytes: 8 << 20,
+    };
+    let r = pagoda_router::build(config).await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(pagoda_router::serve(listener, r, std::future::pending()));
+    url
+}
+
+async fn post(c: &reqwest::Client, url: &str, path: &str, body: &Value) -> (String, Value) {
+    let r = c
+        .post(format!("{url}{path}"))
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{path} via {url}");
+    let worker = r
+        .headers()
+        .get(WORKER_HEADER)
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    (worker, r.json().await.unwrap())
+}
+
+/// The SSE body with the per-request `id` and `created` values blanked.
+fn without_ids(body: &str) -> String {
+    blank(&blank(body, "\"id\":"), "\"created\":")
+}
+
+fn blank(s: &str, key: &str) -> String {
+    let (mut out, mut rest) = (String::new(), s);
+    while let Some(i) = rest.find(key) {
+        out.push_str(&rest[..i + key.len()]);
+        let v = &rest[i + key.len()..];
+        rest = &v[v.find([',', '}']).unwrap_or(v.len())..];
+    }
+    out + rest
+}
+
+fn long_system(topic: &str) -> String {
+    (0..40)
+        .map(|i| format!("Rule {i} about {topic}: answer briefly and stay on {topic}."))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn chat(system: &str, user: &str) -> Value {
+    json!({"model": MODEL_NAME, "max_tokens": 1, "temperature": 0,
+           "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}]})
+}
+
+fn cached_tokens(v: &Value) -> u64 {
+    v["usage"]["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routes_over_real_replicas() {
+    let c = reqwest::Client::builder().no_proxy().build().unwrap();
+    let (a, b) = (Replica::start(), Replica::start());
+    a.wait_ready(&c).await;
+    b.wait_ready(&c).await;
+    let started = Instant::now();
+
+    // Round robin alternates.
+    let rr = router(PolicyKind::RoundRobin, &[&a, &b]).await;
+    let short = json!({"model": MODEL_NAME, "prompt": "Hi", "max_tokens": 1});
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        seen.push(post(&c, &rr, "/v1/completions", &short).await.0);
+    }
+    assert!(seen.windows(2).all(|w| w[0] != w[1]), "{seen:?}");
+    assert!(seen.contains(&a.url) && seen.contains(&b.url), "{seen:?}");
+
+    // A greedy stream through the router is the replica's own, chunk for chunk.
+    let stream = json!({"model": MODEL_NAME, "prompt": "The capital of France is",
+                        "max_tokens": 24, "temperature": 0, "stream": true,
+                        "stream_options": {"include_usage": true}});
+    let direct = c
+        .post(format!("{}/v1/completions", a.url))
+        .json(&stream)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let r = c
+        .post(format!("{rr}/v1/completions"))
+        .json(&stream)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        r.headers()["content-type"].to_str().unwrap(),
+        "text/event-stream"
+    );
+    let mut chunks = r.bytes_stream();
+    let (mut routed, mut pieces) = (Vec::new(), 0);
+    while let Some(ch) = chunks.next().await {
+        routed.extend_from_slice(&ch.unwrap());
+        pieces += 1;
+    }
+    let routed = String::from_utf8(routed).unwrap();
+    assert!(pieces > 1, "the stream came in one piece: buffered?");
+    assert!(routed.ends_with("data: [DONE]\n\n"), "{routed}");
+    assert_eq!(without_ids(&routed), without_ids(&direct));
+
+    // Cache aware: each long system prompt is seeded on one replica directly; requests
+    // sharing it then go to that replica and hit its cache.
+    let ca = router(PolicyKind::CacheAware, &[&a, &b]).await;
+    let (pa, pb) = (long_system("gardening"), long_system("astronomy"));
+    post(&c, &a.url, "/v1/chat/completions", &chat(&pa, "seed")).await;
+    post(&c, &b.url, "/v1/chat/completions", &chat(&pb, "seed")).await;
+    // The router learns of the blocks through the replicas' KV events.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let m = c
+            .get(format!("{ca}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let indexed = |url: &str| {
+            let key = format!("pagoda_router:indexed_blocks{{worker=\"{url}\"}} ");
+            m.lines()
+                .find_map(|l| l.strip_prefix(&key))
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        if indexed(&a.url) >= 10 && indexed(&b.url) >= 10 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no KV events reached the router:\n{m}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for (i, (prompt, holder)) in [(&pb, &b.url), (&pa, &a.url), (&pb, &b.url), (&pa, &a.url)]
+        .into_iter()
+        .enumerate()
+    {
+        let (worker, v) = post(
+            &c,
+            &ca,
+            "/v1/chat/completions",
+            &chat(prompt, &format!("q{i}")),
+        )
+        .await;
+        assert_eq!(&worker, holder, "request {i}");
+        let prompt_tokens = v["usage"]["prompt_tokens"].as_u64().unwrap();
+        assert!(
+            cached_tokens(&v) >= prompt_tokens - 32,
+            "request {i}: {} of {prompt_tokens} cached",
+            cached_tokens(&v)
+        );
+    }
+
+    // A draining replica (SIGTERM with a stream still open) gets no new requests.
+    let long = json!({"model": MODEL_NAME, "prompt": "Count:", "max_tokens": 1500,
+                      "ignore_eos": true, "stream": true});
+    let held = c
+        .post(format!("{}/v1/completions", b.url))
+        .json(&long)
+        .send()
+        .await
+        .unwrap();
+    let mut held = held.bytes_stream();
+    held.next().await.unwrap().unwrap();
+    b.signal("-TERM");
+    // The signal is handled asynchronously: wait until the replica itself says it drains
+    // (the router may not know yet, so its first request can meet the 503 and be retried).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while c
+        .get(format!("{}/ready", b.url))
+        .send()
+        .await
+        .is_ok_and(|r| r.status() == 200)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the replica never started draining"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for i in 0..4 {
+        let (worker, _) = post(&c, &rr, "/v1/completions", &short).await;
+        assert_eq!(worker, a.url, "request {i} went to the draining replica");
+    }
+    drop(held);
+
+    // A replica killed mid-stream: the client gets an SSE error event, then the end.
+    let r = c
+        .post(format!("{rr}/v1/completions"))
+        .json(&long)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()[WORKER_HEADER].to_str().unwrap(), a.url);
+    let mut body = r.bytes_stream();
+    let mut text = String::from_utf8(body.next().await.unwrap().unwrap().to_vec()).unwrap();
+    a.signal("-KILL");
+    let rest = tokio::time::timeout(Duration::from_secs(20), async {
+        while let Some(ch) = body.next().await {
+            text.push_str(&String::from_utf8_lossy(&ch.unwrap()));
+        }
+    })
+    .await;
+    assert!(rest.is_ok(), "the stream hung after its replica died");
+    let last = text.trim_end().rsplit("\n\n").next().unwrap();
+    assert!(last.starts_with("data: {\"error\":"), "{last}");
+    assert!(!text.contains("[DONE]"));
+    eprintln!(
+        "router checks took {:?} after the replicas loaded",
+        started.elapsed()
+    );
+}
