@@ -65,11 +65,11 @@ def contexts(golden):
             yield p["id"], i, prompt + done[:i]
 
 
-def pagoda_top5(port, ctx):
+def pagoda_top5(port, ctx, model="m"):
     r = post(
         f"http://127.0.0.1:{port}/v1/completions",
         {
-            "model": "m",
+            "model": model,
             "prompt": ctx,
             "max_tokens": 1,
             "temperature": 0,
