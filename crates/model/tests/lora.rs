@@ -1,8 +1,8 @@
 //! LoRA adapters end to end on the model side. For tiny random models and the real SmolLM2 and
 //! Qwen 0.5B, with random adapters of ranks 4-64 made here (GGUF and PEFT): the logits with the
 //! adapter equal those of a model whose weights were merged in f32 (the targeted matrices
-//! dequantized, plus `scale * B A`, in both models), within 1e-3 of the largest logit (tiny) or
-//! 1e-2 (real), and greedy tokens agree. A request with adapter X gives bit-identical logits
+//! dequantized, plus `scale * B A`, in both models), within 1e-3 of the largest logit (tiny models, SmolLM2) or
+//! 1e-2 (Qwen, whose embedding stays quantized), and greedy tokens agree. A request with adapter X gives bit-identical logits
 //! alone, next to base-only requests, and next to adapters Y and Z. Every malformed adapter is
 //! refused with an error naming what is wrong. The real models are loaded once each.
 #![allow(clippy::unwrap_used)]
@@ -152,11 +152,11 @@ fn check_merged(
     tokens: &[u32],
     steps: usize,
     tol: f32,
+    keep_embedding: bool,
 ) -> (f32, f32) {
     let adapter = Arc::new(adapter);
-    let real = base.tensors().len() > 100;
-    let f32_base = Arc::new(with_f32_targets(base, &adapter, false, real));
-    let merged = Arc::new(with_f32_targets(base, &adapter, true, real));
+    let f32_base = Arc::new(with_f32_targets(base, &adapter, false, keep_embedding));
+    let merged = Arc::new(with_f32_targets(base, &adapter, true, keep_embedding));
     let mut with_lora = exec(Model::load(f32_base).unwrap());
     let mut reference = exec(Model::load(merged).unwrap());
     let (lora_logits, lora_tokens) = run(&mut with_lora, tokens, steps, Some(&adapter));
@@ -202,7 +202,7 @@ fn tiny_models_with_an_adapter_equal_merged_weights() {
         let (r, t) = random_tensors(&c, rank, stems, 7 + rank as u64);
         let adapter = load(&c, &gguf_of(&c, r.alpha * 2.0, &t, ty)).unwrap();
         assert_eq!(adapter.max_rank(), rank);
-        check_merged(&base, adapter, &tokens, 6, 1e-3);
+        check_merged(&base, adapter, &tokens, 6, 1e-3, false);
     }
 }
 
@@ -247,7 +247,7 @@ fn peft_directories_give_the_gguf_adapter() {
     let peft = load(&c, &convert_lora(&dir, lora_base(&c)).unwrap()).unwrap();
     let (_, _, w) = peft.parts().next().unwrap();
     assert!((w.scale() - 8.0 / 16.0).abs() < 1e-6, "scale {}", w.scale());
-    check_merged(&base, peft, &common::prompt(20, 1, 250, 4), 3, 1e-3);
+    check_merged(&base, peft, &common::prompt(20, 1, 250, 4), 3, 1e-3, false);
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -549,9 +549,11 @@ fn malformed_peft_directories_are_refused_by_name() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-/// The real SmolLM2 (every matrix but the embedding in f32 on both sides; the tied LM head
-/// quantizes its input, so the bound is 1e-2 of the largest logit) with a rank-16 adapter on
-/// every projection: logits and greedy tokens of the merged model.
+/// The real SmolLM2 (every matrix, the tied embedding too, in f32 on both sides, so no
+/// activation is quantized and the bound is the tiny models' 1e-3 of the largest logit) with a
+/// rank-16 adapter on every projection: logits and greedy tokens of the merged model. (With the
+/// embedding kept quantized, the LM head rounds its input to 8 bits and the error moves with the
+/// last bits of the adapter's sums: 0.06 to 0.2 between two correct kernels.)
 #[test]
 fn smollm2_with_an_adapter_equals_merged_weights() {
     let path = common::model_dir().join(common::SMOLLM2);
@@ -568,13 +570,14 @@ fn smollm2_with_an_adapter_equals_merged_weights() {
         adapter.memory_bytes()
     );
     let tokens = common::prompt(24, 10, 40000, 5);
-    let (effect, err) = check_merged(&base, adapter, &tokens, 4, 1e-2);
+    let (effect, err) = check_merged(&base, adapter, &tokens, 4, 1e-3, false);
     eprintln!("SmolLM2 rank 16: adapter effect {effect}, error vs merged {err}");
 }
 
 /// The real Qwen 0.5B with a rank-32 adapter on every projection, loaded from a PEFT directory
 /// (the Hugging Face names mapped onto qwen2's, which GGUF stores unpermuted): logits and
-/// greedy tokens of the merged model, bounded as SmolLM2's (the tied LM head quantizes its input).
+/// greedy tokens of the merged model; its 151,936 x 896 embedding stays quantized (memory and
+/// time), so the tied LM head quantizes its input and the bound is 1e-2 of the largest logit.
 #[test]
 fn qwen_with_a_peft_adapter_equals_merged_weights() {
     let path = common::model_dir().join(common::QWEN2);
@@ -592,6 +595,6 @@ fn qwen_with_a_peft_adapter_equals_merged_weights() {
     std::fs::remove_dir_all(&dir).ok();
     assert_eq!(adapter.max_rank(), 32);
     let tokens = common::prompt(24, 10, 150000, 6);
-    let (effect, err) = check_merged(&base, adapter, &tokens, 4, 1e-2);
+    let (effect, err) = check_merged(&base, adapter, &tokens, 4, 1e-2, true);
     eprintln!("Qwen 0.5B rank 32 (PEFT): adapter effect {effect}, error vs merged {err}");
 }
