@@ -2,7 +2,7 @@
 """Random LoRA adapters in llama.cpp's GGUF adapter format, for benchmarks.
 
 make-lora.py BASE.gguf OUT.gguf --rank 16 --targets attn_q,attn_k,attn_v,attn_output --seed 1
-Shapes are read from the base model; A ~ U(+-1/sqrt(in)), B ~ U(+-0.02), alpha = rank.
+Shapes are read from the base model; A ~ U(+-1/sqrt(in)), B ~ U(+-b_scale) (0.02 unless --b-scale), alpha = rank.
 """
 import argparse
 
@@ -15,6 +15,7 @@ p.add_argument("out")
 p.add_argument("--rank", type=int, default=16)
 p.add_argument("--targets", default="attn_q,attn_k,attn_v,attn_output")
 p.add_argument("--seed", type=int, default=0)
+p.add_argument("--b-scale", type=float, default=0.02, help="B ~ U(+-b_scale)")
 a = p.parse_args()
 
 reader = gguf.GGUFReader(a.base)
@@ -32,7 +33,7 @@ for t in reader.tensors:
     d_in, d_out = int(t.shape[0]), int(t.shape[1])
     lim = 1.0 / np.sqrt(d_in)
     la = rng.uniform(-lim, lim, size=(a.rank, d_in)).astype(np.float32)
-    lb = rng.uniform(-0.02, 0.02, size=(d_out, a.rank)).astype(np.float32)
+    lb = rng.uniform(-a.b_scale, a.b_scale, size=(d_out, a.rank)).astype(np.float32)
     w.add_tensor(t.name + ".lora_a", la)
     w.add_tensor(t.name + ".lora_b", lb)
 w.write_header_to_file()

@@ -1,7 +1,7 @@
 //! The Messages and Responses APIs, and tool round trips, through the official Python SDKs
 //! (`anthropic`, `openai`) against the real server on Qwen2.5-Coder-0.5B (a tool-trained
 //! model): one loaded server shared by the whole binary, plus an unloaded keyed one for
-//! `x-api-key`, and the tool round trip once more on Qwen2.5-Coder-1.5B. Each test runs one script and fails with its output if a check failed.
+//! `x-api-key`. Each test runs one script and fails with its output if a check failed.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -100,30 +100,4 @@ fn qwen_05b_tool_round_trip() {
         "openai",
         &["--base-url", &qwen().url("/v1"), "--model", common::MODEL],
     );
-}
-
-/// The same round trip on the 1.5B model of the family (the speculative-decoding target): the
-/// `auto` call, its result and the answer, streamed and not. The other checks exercise the
-/// server's parsers and grammars, which the 0.5B test covers; this one shows a bigger model
-/// of another size finishes the loop too.
-#[test]
-fn qwen_15b_tool_round_trip() {
-    let server = TestServer::start_model(
-        common::model_dir().join("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"),
-        common::small_setup(),
-        common::config(),
-    );
-    run_script(
-        "tool_round_trip.py",
-        "openai",
-        &[
-            "--base-url",
-            &server.url("/v1"),
-            "--model",
-            common::MODEL,
-            "--checks",
-            "auto_round_trip,auto_call_streams_as_tool_calls",
-        ],
-    );
-    server.stop();
 }
