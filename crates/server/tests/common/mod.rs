@@ -32,6 +32,11 @@ pub fn qwen_path() -> PathBuf {
     model_dir().join("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
 }
 
+/// The larger tool-trained model (Qwen2.5-Coder-1.5B-Instruct, same template as the 0.5B).
+pub fn qwen_15b_path() -> PathBuf {
+    model_dir().join("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")
+}
+
 /// A small engine: a 64 MiB KV pool and a 1024-token context keep start-up fast.
 pub fn small_setup() -> EngineSetup {
     EngineSetup {
