@@ -45,6 +45,10 @@ pub struct PerplexityArgs {
     /// What a Hugging Face checkpoint's matrices are quantized to at load.
     #[arg(long, default_value = "q8_0", value_parser = ["q8_0", "q4_k", "q4_0", "none"])]
     quantization: String,
+    /// Element type of the KV cache the windows are scored with (llama-perplexity's `-ctk` /
+    /// `-ctv`): with --kl-divergence against an f16 base run, what int8 KV costs.
+    #[arg(long, default_value = "f16", value_parser = ["f32", "f16", "int8"])]
+    kv_cache_dtype: String,
 }
 
 pub fn run(args: PerplexityArgs) -> anyhow::Result<()> {
@@ -52,7 +56,10 @@ pub fn run(args: PerplexityArgs) -> anyhow::Result<()> {
     let quantization = pagoda_hf::Quantization::from_name(&args.quantization)
         .with_context(|| format!("--quantization {}", args.quantization))?;
     let path = model_path::resolve(args.model.clone())?;
-    let opened = pagoda_server::open_model(&path, quantization)?;
+    let kv_cache_dtype: pagoda_model::KvCacheDtype =
+        args.kv_cache_dtype.parse().context("--kv-cache-dtype")?;
+    let mut opened = pagoda_server::open_model(&path, quantization)?;
+    opened.model.set_kv_cache_dtype(kv_cache_dtype);
     let bos = opened
         .tokenizer
         .add_bos()

@@ -140,6 +140,20 @@ fn perplexity_matches_the_reference_and_kld_tells_models_apart() {
     assert!(same["kld"]["mean"].as_f64().unwrap() < 1e-6, "{same}");
     assert_eq!(same["kld"]["same_top"], 1.0);
 
+    // The same model with int8 KV: a small divergence, far below another model's.
+    let int8 = json_of(&pagoda(&[
+        "--model",
+        b,
+        "--kl-divergence-base",
+        l,
+        "--kl-divergence",
+        "--kv-cache-dtype",
+        "int8",
+        "--json",
+    ]));
+    let int8_kld = int8["kld"]["mean"].as_f64().unwrap();
+    assert!(int8_kld > 0.0 && int8_kld < 1e-3, "{int8}");
+
     let o = other.to_str().unwrap();
     let diff = json_of(&pagoda(&[
         "--model",
