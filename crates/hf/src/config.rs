@@ -60,6 +60,8 @@ pub struct HfConfig {
     #[serde(default)]
     pub tie_word_embeddings: Option<bool>,
     pub sliding_window: Option<usize>,
+    /// Qwen2/Qwen3 declare a `sliding_window` they do not use unless this is true.
+    pub use_sliding_window: Option<bool>,
     pub bos_token_id: Option<serde_json::Value>,
     pub eos_token_id: Option<serde_json::Value>,
     pub text_config: Option<Box<serde_json::Value>>,
@@ -97,7 +99,9 @@ impl HfConfig {
             .cloned()
             .unwrap_or_else(|| self.model_type.clone());
         Ok(match name.as_str() {
-            "LlamaForCausalLM" | "llama" => Arch::Llama,
+            // Mistral is the llama graph (GGUF files store it as llama), plus a sliding window
+            // where its config declares one.
+            "LlamaForCausalLM" | "MistralForCausalLM" | "llama" | "mistral" => Arch::Llama,
             "Qwen2ForCausalLM" | "qwen2" => Arch::Qwen2,
             "Qwen3ForCausalLM" | "qwen3" => Arch::Qwen3,
             "Gemma3ForCausalLM" | "Gemma3ForConditionalGeneration" | "gemma3" | "gemma3_text" => {
@@ -123,8 +127,29 @@ impl HfConfig {
         self.tie_word_embeddings.unwrap_or(arch == Arch::Gemma3)
     }
 
+    /// The window the model's attention really uses: Gemma 3's local layers, every layer of a
+    /// Mistral that declares one (v0.1; later versions set it to null); never Qwen's (its
+    /// `use_sliding_window` is refused by [`HfConfig::check`]).
+    pub fn effective_sliding_window(&self, arch: Arch) -> Option<usize> {
+        match arch {
+            Arch::Gemma3 => self.sliding_window,
+            Arch::Llama if self.use_sliding_window != Some(false) => self.sliding_window,
+            _ => None,
+        }
+        .filter(|&w| w > 0)
+    }
+
     /// Refuses what the forward pass would silently get wrong.
     pub fn check(&self) -> Result<(), HfError> {
+        if self.use_sliding_window == Some(true)
+            && matches!(self.arch(), Ok(Arch::Qwen2 | Arch::Qwen3))
+        {
+            return Err(HfError::Config(
+                "use_sliding_window (Qwen's window on the layers past max_window_layers) is not \
+                 supported"
+                    .to_owned(),
+            ));
+        }
         if self.num_attention_heads == 0 || self.n_kv_heads() == 0 {
             return Err(HfError::Config("zero attention heads".to_owned()));
         }
@@ -143,5 +168,40 @@ impl HfConfig {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn config(extra: &str) -> HfConfig {
+        let json = format!(
+            r#"{{"hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 128,
+                "num_attention_heads": 4, "vocab_size": 100{extra}}}"#
+        );
+        serde_json::from_str(&json).unwrap()
+    }
+
+    #[test]
+    fn mistral_window_is_used_where_declared_and_qwens_never() {
+        let v01 = config(r#", "architectures": ["MistralForCausalLM"], "sliding_window": 4096"#);
+        assert_eq!(v01.arch().unwrap(), Arch::Llama);
+        assert_eq!(v01.effective_sliding_window(Arch::Llama), Some(4096));
+        let v02 = config(r#", "architectures": ["MistralForCausalLM"], "sliding_window": null"#);
+        assert_eq!(v02.effective_sliding_window(Arch::Llama), None);
+        let qwen = config(
+            r#", "architectures": ["Qwen2ForCausalLM"], "sliding_window": 32768,
+               "use_sliding_window": false"#,
+        );
+        assert_eq!(qwen.effective_sliding_window(Arch::Qwen2), None);
+        qwen.check().unwrap();
+        let qwen_swa = config(
+            r#", "architectures": ["Qwen2ForCausalLM"], "sliding_window": 32768,
+               "use_sliding_window": true"#,
+        );
+        let err = qwen_swa.check().unwrap_err().to_string();
+        assert!(err.contains("use_sliding_window"), "{err}");
     }
 }

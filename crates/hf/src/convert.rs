@@ -111,7 +111,7 @@ fn add_metadata(out: &mut GgufAssembly, cfg: &HfConfig, arch: Arch) {
         10_000.0
     });
     out.kv(&format!("{a}.rope.freq_base"), MetaValue::F32(theta));
-    if let Some(w) = cfg.sliding_window {
+    if let Some(w) = cfg.effective_sliding_window(arch) {
         out.kv(&format!("{a}.attention.sliding_window"), u32v(w));
     }
     if let Some(id) = first_id(&cfg.bos_token_id) {

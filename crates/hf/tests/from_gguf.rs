@@ -94,7 +94,9 @@ fn greedy(file: &Arc<GgufFile>, prompt: &[u32], n: usize) -> Vec<u32> {
 }
 
 fn check(spec: TinyModel, shards: usize) {
-    let tag = format!("{:?}-{shards}", spec.arch);
+    // The seed tells apart two specs of one architecture (llama and mistral), whose tests
+    // run at once and must not share a scratch directory.
+    let tag = format!("{:?}-{}-{shards}", spec.arch, spec.seed);
     let gguf = GgufFile::from_bytes(spec.to_bytes()).unwrap();
     let dir = scratch(&tag);
     hf_checkpoint::write(&spec, &dir, shards).unwrap();
@@ -171,6 +173,12 @@ fn check(spec: TinyModel, shards: usize) {
 #[test]
 fn llama_checkpoint_converts_to_the_same_model() {
     check(TinyModel::llama(), 1);
+}
+
+/// 12 prompt tokens over a window of 8: a dropped window would change the logits.
+#[test]
+fn mistral_checkpoint_keeps_its_sliding_window() {
+    check(TinyModel::mistral(), 1);
 }
 
 #[test]

@@ -123,7 +123,8 @@ pub struct ModelConfig {
     pub rope_style: RopeStyle,
     /// Window of the sliding-window layers; `None` when every layer is global.
     pub sliding_window: Option<u32>,
-    /// Every `swa_pattern`-th layer (`il % p == p - 1`) is global; the rest slide. 0: no SWA.
+    /// Every `swa_pattern`-th layer (`il % p == p - 1`) is global; the rest slide. 0 with a
+    /// window: every layer slides (Mistral).
     pub swa_pattern: usize,
     /// Multiplier of q·k.
     pub attn_scale: f32,
@@ -248,7 +249,18 @@ impl ModelConfig {
             eog_token_ids,
             kv_cache_dtype: KvCacheDtype::default(),
         };
-        if architecture == Architecture::Gemma3 {
+        if architecture != Architecture::Gemma3 {
+            // Mistral's GGUF files are llama ones; where one declares a window (Mistral 7B
+            // v0.1: 4,096), every layer attends within it, as transformers' MistralAttention
+            // does. Absent or 0: full attention.
+            let k = key("attention.sliding_window");
+            config.sliding_window = match file.get_u64(&k)? {
+                None | Some(0) => None,
+                Some(w) => {
+                    Some(u32::try_from(w).map_err(|_| bad(&k, format!("{w} is out of range")))?)
+                }
+            };
+        } else {
             // llama.cpp load_hparams for LLM_ARCH_GEMMA3: set_swa_pattern(6) (layers with
             // il % 6 == 5 are global), rope_freq_base_train_swa = 10000, and
             // f_attention_scale = 1/sqrt(n_embd_head_k) (already the default above).
@@ -267,9 +279,11 @@ impl ModelConfig {
 
     /// True when layer `il` attends within the sliding window rather than globally.
     pub fn is_swa_layer(&self, il: usize) -> bool {
-        self.sliding_window.is_some()
-            && self.swa_pattern > 0
-            && il % self.swa_pattern != self.swa_pattern - 1
+        match (self.sliding_window, self.swa_pattern) {
+            (None, _) => false,
+            (Some(_), 0) => true,
+            (Some(_), p) => il % p != p - 1,
+        }
     }
 
     /// The query projection width (n_heads x head_dim).

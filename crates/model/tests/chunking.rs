@@ -156,6 +156,14 @@ fn tiny_qwen3_chunking() {
 }
 
 #[test]
+fn tiny_mistral_chunking() {
+    // Every layer slides (window 8 < prompt), across chunk boundaries.
+    let spec = TinyModel::mistral();
+    check_chunking("tiny mistral", &|| common::tiny(&spec), 45);
+    check_mixed_batch("tiny mistral", &|| common::tiny(&spec));
+}
+
+#[test]
 fn tiny_gemma3_chunking() {
     // Window 8 < prompt, so the sliding-window mask is exercised across chunk boundaries.
     let spec = TinyModel::gemma3();

@@ -143,6 +143,11 @@ pub fn write(spec: &TinyModel, dir: &Path, shards: usize) -> io::Result<()> {
         std::fs::write(dir.join("model.safetensors.index.json"), index.to_string())?;
     }
     let mut config = match spec.arch {
+        TinyArch::Llama if spec.sliding_window > 0 => json!({
+            "architectures": ["MistralForCausalLM"], "model_type": "mistral",
+            "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": true,
+            "sliding_window": spec.sliding_window,
+        }),
         TinyArch::Llama => json!({
             "architectures": ["LlamaForCausalLM"], "model_type": "llama",
             "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": true,

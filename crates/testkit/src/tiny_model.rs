@@ -29,7 +29,7 @@ pub struct TinyModel {
     pub n_kv_heads: usize,
     pub head_dim: usize,
     pub ffn_dim: usize,
-    /// Gemma 3 only: the sliding window of its local layers.
+    /// The sliding window: Gemma 3's local layers; on llama and qwen3, every layer when > 0.
     pub sliding_window: u32,
     pub context_length: usize,
     pub seed: u64,
@@ -78,6 +78,16 @@ impl TinyModel {
             seed: 2,
             matrix_type: None,
             dequantized: false,
+        }
+    }
+
+    /// A 2-layer Mistral: the llama graph with a declared sliding window (8) on every layer, as
+    /// Mistral 7B v0.1 has (4,096).
+    pub fn mistral() -> Self {
+        Self {
+            sliding_window: 8,
+            seed: 4,
+            ..Self::llama()
         }
     }
 
@@ -180,6 +190,12 @@ impl TinyModel {
                     self.sliding_window,
                 ),
         };
+        if self.arch != TinyArch::Gemma3 && self.sliding_window > 0 {
+            w = w.kv(
+                &format!("{a}.attention.sliding_window"),
+                self.sliding_window,
+            );
+        }
         w = self.tokenizer(w);
 
         let (d, f, hd) = (self.d_model, self.ffn_dim, self.head_dim);
