@@ -1,5 +1,6 @@
 //! vLLM's `/tokenize` and `/detokenize` bodies. `/tokenize` takes a `prompt` (completions
-//! style), llama.cpp's `content`, or `messages` (chat style, rendered through the chat template).
+//! style), llama.cpp's `content`, or `messages` (chat style, rendered through the chat template
+//! with any `tools`).
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -34,6 +35,10 @@ pub struct TokenizeRequest {
     /// With `messages`: extra variables for the chat template.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chat_template_kwargs: Option<Map<String, Value>>,
+    /// With `messages`: the tools the template renders (vLLM's field), so the count is the one
+    /// a chat request with these tools has.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Value>,
     /// Also return each token's text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub return_token_strs: Option<bool>,

@@ -64,18 +64,6 @@ impl<'a> PromptOptions<'a> {
     }
 }
 
-/// The prompt tokens of `messages`. `add_special_tokens: None` adds the BOS only when the
-/// template did not already write it (HF templates that start with `{{ bos_token }}` do).
-pub fn chat_prompt(
-    loaded: &Loaded,
-    messages: &[ChatMessage],
-    opts: &PromptOptions<'_>,
-    add_special_tokens: Option<bool>,
-) -> Result<Vec<u32>, ValidationError> {
-    let text = render(loaded, messages, opts, None)?;
-    Ok(tokenize(loaded, &text, add_special_tokens))
-}
-
 /// The rendered prompt's tokens.
 pub fn tokenize(loaded: &Loaded, text: &str, add_special_tokens: Option<bool>) -> Vec<u32> {
     let tok = &loaded.tokenizer;

@@ -147,6 +147,31 @@ async fn usage_counts_are_exact() {
     assert_eq!(st, 200, "{r}");
     assert_eq!(r["usage"]["prompt_tokens"], tok["count"]);
     assert_eq!(r["usage"]["completion_tokens"], 4);
+    // With tools (vLLM's /tokenize field): the tools are rendered as the chat request renders
+    // them, so the counts still agree.
+    let tools = json!([{"type": "function", "function": {"name": "get_weather",
+        "description": "Current weather", "parameters": {"type": "object",
+        "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]);
+    let (st, with_tools) = post(
+        &c,
+        &s.url("/tokenize"),
+        &json!({"messages": msgs, "tools": tools}),
+    )
+    .await;
+    assert_eq!(st, 200, "{with_tools}");
+    assert!(with_tools["count"].as_u64() > tok["count"].as_u64());
+    let body = json!({"model": MODEL, "messages": msgs, "tools": tools,
+                      "max_completion_tokens": 1});
+    let (st, r) = post(&c, &s.url("/v1/chat/completions"), &body).await;
+    assert_eq!(st, 200, "{r}");
+    assert_eq!(r["usage"]["prompt_tokens"], with_tools["count"]);
+    let (st, v) = post(
+        &c,
+        &s.url("/tokenize"),
+        &json!({"prompt": "Hi", "tools": tools}),
+    )
+    .await;
+    assert_eq!((st, error_of(&v)["param"].clone()), (400, json!("tools")));
 }
 
 #[tokio::test]

@@ -1,5 +1,6 @@
-//! vLLM's `POST /tokenize` (a `prompt` or llama.cpp's `content`, or `messages` through the chat
-//! template exactly as the generation endpoints tokenize them) and `POST /detokenize`.
+//! vLLM's `POST /tokenize` (a `prompt` or llama.cpp's `content`, or `messages` and `tools`
+//! through the chat template exactly as the generation endpoints tokenize them) and
+//! `POST /detokenize`.
 
 use axum::Json;
 use axum::extract::State;
@@ -7,11 +8,12 @@ use axum::response::{IntoResponse, Response};
 use pagoda_protocol::{DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse};
 
 use crate::body::JsonBody;
-use crate::chat_prompt::{PromptOptions, chat_prompt};
+use crate::chat_prompt::{self, PromptOptions, render};
 use crate::error::ApiError;
 use crate::generation::token_text;
 use crate::routes::run_blocking;
 use crate::state::AppState;
+use crate::tools;
 use crate::validate;
 use crate::validation_error::ValidationError;
 
@@ -49,10 +51,15 @@ fn tokenize_blocking(state: &AppState, req: TokenizeRequest) -> Result<TokenizeR
             if req.add_generation_prompt.is_some()
                 || req.continue_final_message.is_some()
                 || req.chat_template_kwargs.is_some()
+                || req.tools.is_some()
             {
                 return Err(ValidationError::rule(
-                    "add_generation_prompt",
-                    "`add_generation_prompt`, `continue_final_message` and `chat_template_kwargs` go with `messages`",
+                    if req.tools.is_some() {
+                        "tools"
+                    } else {
+                        "add_generation_prompt"
+                    },
+                    "`add_generation_prompt`, `continue_final_message`, `chat_template_kwargs` and `tools` go with `messages`",
                 )
                 .into());
             }
@@ -66,7 +73,10 @@ fn tokenize_blocking(state: &AppState, req: TokenizeRequest) -> Result<TokenizeR
                 req.continue_final_message,
                 req.chat_template_kwargs.as_ref(),
             )?;
-            chat_prompt(loaded, msgs, &opts, req.add_special_tokens)?
+            // The same parse and render as a chat request, so the two counts agree.
+            let setup = tools::parse(loaded, req.tools.as_ref(), None)?;
+            let text = render(loaded, msgs, &opts, setup.as_ref())?;
+            chat_prompt::tokenize(loaded, &text, req.add_special_tokens)
         }
         _ => {
             return Err(ValidationError::rule(
