@@ -1,8 +1,9 @@
 //! The router against two real `pagoda serve` replicas (SmolLM2, `--threads 1`, KV events on)
 //! on loopback, in one test so the replicas load once: round robin alternates, a stream passes
 //! through byte for byte (ids and timestamps aside), cache-aware routing sends a request to the
-//! replica holding its prefix (seen in `cached_tokens`), a draining replica gets no new
-//! requests, and a replica killed mid-stream ends the client's stream with an SSE error event.
+//! replica holding its prefix (seen in `cached_tokens`) unless load is skewed, a draining
+//! replica gets no new requests, a replica killed mid-stream ends the client's stream with an
+//! SSE error event, and a restarted replica's index is cleared and rebuilt from its events.
 //! Needs the `pagoda` binary built (`cargo build -p pagoda`; a workspace test run builds it).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -53,11 +54,16 @@ struct Replica {
     child: Child,
     url: String,
     spec: WorkerSpec,
+    ports: (u16, u16, u16),
 }
 
 impl Replica {
     fn start() -> Self {
-        let (port, events, replay) = (free_port(), free_port(), free_port());
+        Self::start_on(free_port(), free_port(), free_port())
+    }
+
+    /// A replica on these ports (a restart of one that died reuses its ports).
+    fn start_on(port: u16, events: u16, replay: u16) -> Self {
         let kv = json!({"enable_kv_cache_events": true, "publisher": "zmq",
                         "endpoint": format!("tcp://127.0.0.1:{events}"),
                         "replay_endpoint": format!("tcp://127.0.0.1:{replay}")});
@@ -79,7 +85,12 @@ impl Replica {
             "{url},events=tcp://127.0.0.1:{events},replay=tcp://127.0.0.1:{replay}"
         ))
         .unwrap();
-        Self { child, url, spec }
+        Self {
+            child,
+            url,
+            spec,
+            ports: (port, events, replay),
+        }
     }
 
     async fn wait_ready(&self, c: &reqwest::Client) {
@@ -175,6 +186,67 @@ fn long_system(topic: &str) -> String {
 fn chat(system: &str, user: &str) -> Value {
     json!({"model": MODEL_NAME, "max_tokens": 1, "temperature": 0,
            "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}]})
+}
+
+/// The value of the router's series `name{worker="url"}` (0 if absent).
+async fn router_gauge(c: &reqwest::Client, router: &str, name: &str, url: &str) -> u64 {
+    let m = c
+        .get(format!("{router}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let key = format!("pagoda_router:{name}{{worker=\"{url}\"}} ");
+    m.lines()
+        .find_map(|l| l.strip_prefix(&key))
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(0)
+}
+
+/// Waits until `ok` holds for the router's `name` gauge of `url`.
+async fn wait_gauge(
+    c: &reqwest::Client,
+    router: &str,
+    name: &str,
+    url: &str,
+    what: &str,
+    ok: impl Fn(u64) -> bool,
+) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let v = router_gauge(c, router, name, url).await;
+        if ok(v) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}: {name} of {url} is {v}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A replica's own `num_requests_running + num_requests_waiting`.
+async fn replica_load(c: &reqwest::Client, url: &str) -> u64 {
+    let m = c
+        .get(format!("{url}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    ["pagoda:num_requests_running", "pagoda:num_requests_waiting"]
+        .iter()
+        .map(|name| {
+            m.lines()
+                .filter(|l| {
+                    l.strip_prefix(name)
+                        .is_some_and(|rest| rest.starts_with(['{', ' ']))
+                })
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum::<f64>() as u64
+        })
+        .sum()
 }
 
 fn cached_tokens(v: &Value) -> u64 {
@@ -288,9 +360,67 @@ async fn routes_over_real_replicas() {
         );
     }
 
-    // A draining replica (SIGTERM with a stream still open) gets no new requests.
+    // Under skew the load wins over the cache: with 12 streams running on `a` (sent to it
+    // directly, so the router sees them only through a's metrics), a request whose prefix
+    // `a` holds goes to `b`, counted as a balance override.
     let long = json!({"model": MODEL_NAME, "prompt": "Count:", "max_tokens": 1500,
                       "ignore_eos": true, "stream": true});
+    let mut busy = Vec::new();
+    for _ in 0..12 {
+        let r = c
+            .post(format!("{}/v1/completions", a.url))
+            .json(&long)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        busy.push(r.bytes_stream());
+    }
+    for s in &mut busy {
+        s.next().await.unwrap().unwrap();
+    }
+    // The gauges are the engine's last published stats: wait for them to show the streams.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let load = replica_load(&c, &a.url).await;
+        if load >= 12 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a's load is {load} with 12 streams"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Three of the router's metric polls (every 200 ms) later, it has seen that load.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let (worker, _) = post(&c, &ca, "/v1/chat/completions", &chat(&pa, "skewed")).await;
+    assert_eq!(
+        worker, b.url,
+        "a skewed load still went to the prefix holder"
+    );
+    let m = c
+        .get(format!("{ca}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        m.lines()
+            .any(|l| l.starts_with("pagoda_router:balance_overrides_total ") && !l.ends_with(" 0")),
+        "{m}"
+    );
+    drop(busy);
+    // Aborted streams leave `a` (the checks below want it idle).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while replica_load(&c, &a.url).await > 0 {
+        assert!(Instant::now() < deadline, "a's aborted streams never ended");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // A draining replica (SIGTERM with a stream still open) gets no new requests.
     let held = c
         .post(format!("{}/v1/completions", b.url))
         .json(&long)
@@ -342,6 +472,30 @@ async fn routes_over_real_replicas() {
     let last = text.trim_end().rsplit("\n\n").next().unwrap();
     assert!(last.starts_with("data: {\"error\":"), "{last}");
     assert!(!text.contains("[DONE]"));
+
+    // The dead replica comes back on its ports as a new process with an empty cache: the
+    // router forgets what the old one held, then rebuilds the index from the new one's events.
+    let (port, events, replay) = a.ports;
+    let url = a.url.clone();
+    drop(a);
+    let a = Replica::start_on(port, events, replay);
+    a.wait_ready(&c).await;
+    wait_gauge(&c, &ca, "indexed_blocks", &url, "after the restart", |v| {
+        v == 0
+    })
+    .await;
+    let (worker, v) = post(&c, &ca, "/v1/chat/completions", &chat(&pa, "again")).await;
+    assert_eq!(worker, url);
+    assert!(cached_tokens(&v) < 32, "a fresh replica had it cached: {v}");
+    wait_gauge(
+        &c,
+        &ca,
+        "indexed_blocks",
+        &url,
+        "rebuilt from events",
+        |v| v >= 10,
+    )
+    .await;
     eprintln!(
         "router checks took {:?} after the replicas loaded",
         started.elapsed()
