@@ -412,3 +412,28 @@ fn sliding_groups_give_back_blocks_and_hit_only_their_window() {
     core.scheduler().kv().check_invariants().unwrap();
     assert_eq!(core.scheduler().kv().pool().num_free(), 64);
 }
+
+#[test]
+fn a_prefill_role_request_holds_its_prompt_blocks_until_they_are_shipped() {
+    let mut core = engine(16, 4, sched(64, 0), true);
+    let mut req = request(1, (0..10).collect(), 1);
+    req.params.kv_transfer = Some(pagoda_core::kv::KvTransfer::Send {
+        id: "t".into(),
+        addr: "127.0.0.1:1".into(),
+    });
+    core.add_request(req).unwrap();
+    let outs = core.step();
+    assert_eq!(outs[0].finish_reason, Some(FinishReason::Length));
+    // The two full prompt blocks stay held past the end; the partial third one is free.
+    assert_eq!(core.scheduler().kv().pool().num_free(), 14);
+    assert!(core.has_work(), "a step must still ship them");
+    core.step();
+    let sends = &core.executor().steps.last().unwrap().kv_sends;
+    assert_eq!(sends.len(), 1);
+    assert_eq!(sends[0].id, "t");
+    let ids: Vec<u32> = sends[0].blocks.iter().map(|&(b, _)| b).collect();
+    assert_eq!(ids, vec![0, 1]);
+    // Released when named: nothing is held any more, and nothing is left to do.
+    assert_eq!(core.scheduler().kv().pool().num_free(), 16);
+    assert!(!core.has_work());
+}
