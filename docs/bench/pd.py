@@ -11,6 +11,7 @@ decode replica.
 """
 import http.client
 import json
+import os
 import sys
 import threading
 import time
@@ -64,7 +65,7 @@ def main():
         while time.perf_counter() < end:
             start = time.perf_counter()
             facts = " ".join(f"Fact {k} of set {n}: item {k * 7 + n} is filed under {k % 13}."
-                             for k in range(110))
+                             for k in range(int(os.environ.get("PD_LONG_FACTS", "110"))))
             t = post(url, {"model": MODEL, "prompt": facts + " Summarize:", "max_tokens": 8,
                            "temperature": 0, "stream": True})
             with lock:

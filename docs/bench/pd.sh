@@ -5,7 +5,8 @@
 # (--pd-threshold 256: the streams' short prompts are prefilled on the decode replica, the
 # long ones on the prefill replica and shipped over loopback TCP). pd.py prints the streams'
 # inter-token latency p50/p99 and the long prompts' TTFT; the KV transfer throughput is the
-# decode replica's bytes received / seconds receiving.
+# decode replica's bytes received / seconds receiving. PD_LONG_FACTS (default 110, ~1,500
+# tokens) sizes the long prompts (a loaded machine or a debug build may need shorter ones).
 #   docs/bench/pd.sh [PAGODA_BIN] [SECONDS]     (default: target/release/pagoda, 60)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -33,7 +34,7 @@ stop_all
 echo "== prefill + decode replicas behind the router"
 serve 8201 --kv-role prefill
 serve 8202 --kv-role decode --kv-transfer-host 127.0.0.1 --kv-transfer-port 7202
-"$BIN" router --model "$M" --port 8280 --poll-interval 0.5 --pd-threshold 256 \
+"$BIN" router --model "$M" --port 8280 --poll-interval 0.5 --pd-threshold 256 --pd-prefill-timeout 600 \
   --prefill http://127.0.0.1:8201 --worker http://127.0.0.1:8202,kv=127.0.0.1:7202 2>/dev/null &
 PIDS+=($!)
 wait_ready http://127.0.0.1:8280
@@ -44,4 +45,4 @@ import re, sys
 m = dict(re.findall(r"^(pagoda:kv_transfer_\w+)\{[^}]*\} (\S+)$", sys.stdin.read(), re.M))
 b, s = float(m["pagoda:kv_transfer_bytes_received_total"]), float(m["pagoda:kv_transfer_receive_seconds_total"])
 print(f"KV transfer: {b / 1e6:.1f} MB in {s:.3f} s receiving = {b / 1e6 / max(s, 1e-9):.0f} MB/s; "
-      f"fallbacks {m[\"pagoda:kv_transfer_fallbacks_total\"]}, receive failures {m[\"pagoda:kv_transfer_receive_failures_total\"]}")'
+      "fallbacks " + m["pagoda:kv_transfer_fallbacks_total"] + ", receive failures " + m["pagoda:kv_transfer_receive_failures_total"])'
