@@ -437,3 +437,27 @@ fn a_prefill_role_request_holds_its_prompt_blocks_until_they_are_shipped() {
     assert_eq!(core.scheduler().kv().pool().num_free(), 16);
     assert!(!core.has_work());
 }
+
+#[test]
+fn a_decode_role_request_waits_for_its_transfer_then_runs() {
+    let mut core = engine(16, 4, sched(64, 0), true);
+    let tier = std::sync::Arc::new(FakeTier::new(0));
+    core.executor_mut().tier = Some(std::sync::Arc::clone(&tier));
+    core.set_kv_tier(tier.clone());
+    tier.awaited.lock().unwrap().insert("t".into());
+    let mut req = request(1, (0..10).collect(), 2);
+    req.params.kv_transfer = Some(pagoda_core::kv::KvTransfer::Receive { id: "t".into() });
+    core.add_request(req).unwrap();
+    core.add_request(request(2, (50..60).collect(), 2)).unwrap();
+    core.step();
+    // The other request runs; this one waits (and the loop would sleep, not spin, if alone).
+    let s = core.executor().steps.last().unwrap();
+    assert_eq!(s.scheduled.len(), 1);
+    assert_eq!(core.scheduler().num_awaiting_transfer(), 1);
+    // The transfer failed or timed out: it prefills itself from the first token.
+    tier.awaited.lock().unwrap().clear();
+    let outs = run_to_end(&mut core);
+    assert_eq!(outs[&1], expected(&(0..10).collect::<Vec<_>>(), 2));
+    assert_eq!(core.scheduler().num_awaiting_transfer(), 0);
+    assert_eq!(core.scheduler().kv().pool().num_free(), 16);
+}
