@@ -302,7 +302,7 @@ impl<E: ModelExecutor> EngineCore<E> {
     /// Saves every block the memory cache holds to the lower tier (at shutdown).
     pub fn flush_kv_tier(&mut self) {
         let kv = self.scheduler.kv();
-        if kv.tier().is_some_and(|t| t.enabled()) {
+        if kv.tier().is_some_and(|t| t.enabled() && t.takes_saves()) {
             let blocks = kv.cached_blocks();
             let blocks: Vec<_> = match kv.tier() {
                 Some(t) => blocks.into_iter().filter(|(_, k)| !t.contains(k)).collect(),
@@ -315,7 +315,8 @@ impl<E: ModelExecutor> EngineCore<E> {
     /// Whether the only work left is waiting for tier reads (the engine loop then sleeps a
     /// little instead of spinning).
     pub fn waiting_on_tier(&self) -> bool {
-        self.scheduler.num_running() == 0 && self.scheduler.num_loading() > 0
+        self.scheduler.num_running() == 0
+            && (self.scheduler.num_loading() > 0 || self.scheduler.num_awaiting_transfer() > 0)
     }
 
     pub fn executor(&self) -> &E {
@@ -606,7 +607,7 @@ impl<E: ModelExecutor> EngineCore<E> {
             spec: self.scheduler.speculation().map(|s| s.counters.clone()),
             running_loras: self.scheduler.lora_names(true),
             waiting_loras: self.scheduler.lora_names(false),
-            kv_tier: kv.tier().map(|t| t.stats()),
+            kv_tier: kv.tier().filter(|t| t.takes_saves()).map(|t| t.stats()),
         }
     }
 }

@@ -87,6 +87,8 @@ pub struct Request {
     pub loading: Option<PendingLoad>,
     /// The lower tier was asked about this admission already (reset by preemption).
     pub tier_checked: bool,
+    /// Waiting for its prompt's blocks from a prefill replica (`KvTransfer::Receive`).
+    pub awaiting_transfer: bool,
 }
 
 /// Tokens a context shift discarded, by where they came from.
@@ -132,6 +134,7 @@ impl Request {
             needs_shift: false,
             loading: None,
             tier_checked: false,
+            awaiting_transfer: false,
         }
     }
 

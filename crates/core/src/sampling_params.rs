@@ -60,6 +60,9 @@ pub struct SamplingParams {
     /// executor with the parameters, like the constraint; set it with `CheckedRequest::with_lora`
     /// so the prefix-cache key follows.
     pub lora: Option<LoraRef>,
+    /// Prefill/decode disaggregation: where the prompt's KV goes or comes from
+    /// (`kv_transfer_params`); `None` for an ordinary request.
+    pub kv_transfer: Option<crate::kv::KvTransfer>,
 }
 
 impl Default for SamplingParams {
@@ -83,6 +86,7 @@ impl Default for SamplingParams {
             prompt_logprobs: None,
             constraint: None,
             lora: None,
+            kv_transfer: None,
         }
     }
 }

@@ -412,3 +412,52 @@ fn sliding_groups_give_back_blocks_and_hit_only_their_window() {
     core.scheduler().kv().check_invariants().unwrap();
     assert_eq!(core.scheduler().kv().pool().num_free(), 64);
 }
+
+#[test]
+fn a_prefill_role_request_holds_its_prompt_blocks_until_they_are_shipped() {
+    let mut core = engine(16, 4, sched(64, 0), true);
+    let mut req = request(1, (0..10).collect(), 1);
+    req.params.kv_transfer = Some(pagoda_core::kv::KvTransfer::Send {
+        id: "t".into(),
+        addr: "127.0.0.1:1".into(),
+    });
+    core.add_request(req).unwrap();
+    let outs = core.step();
+    assert_eq!(outs[0].finish_reason, Some(FinishReason::Length));
+    // The two full prompt blocks stay held past the end; the partial third one is free.
+    assert_eq!(core.scheduler().kv().pool().num_free(), 14);
+    assert!(core.has_work(), "a step must still ship them");
+    core.step();
+    let sends = &core.executor().steps.last().unwrap().kv_sends;
+    assert_eq!(sends.len(), 1);
+    assert_eq!(sends[0].id, "t");
+    let ids: Vec<u32> = sends[0].blocks.iter().map(|&(b, _)| b).collect();
+    assert_eq!(ids, vec![0, 1]);
+    // Released when named: nothing is held any more, and nothing is left to do.
+    assert_eq!(core.scheduler().kv().pool().num_free(), 16);
+    assert!(!core.has_work());
+}
+
+#[test]
+fn a_decode_role_request_waits_for_its_transfer_then_runs() {
+    let mut core = engine(16, 4, sched(64, 0), true);
+    let tier = std::sync::Arc::new(FakeTier::new(0));
+    core.executor_mut().tier = Some(std::sync::Arc::clone(&tier));
+    core.set_kv_tier(tier.clone());
+    tier.awaited.lock().unwrap().insert("t".into());
+    let mut req = request(1, (0..10).collect(), 2);
+    req.params.kv_transfer = Some(pagoda_core::kv::KvTransfer::Receive { id: "t".into() });
+    core.add_request(req).unwrap();
+    core.add_request(request(2, (50..60).collect(), 2)).unwrap();
+    core.step();
+    // The other request runs; this one waits (and the loop would sleep, not spin, if alone).
+    let s = core.executor().steps.last().unwrap();
+    assert_eq!(s.scheduled.len(), 1);
+    assert_eq!(core.scheduler().num_awaiting_transfer(), 1);
+    // The transfer failed or timed out: it prefills itself from the first token.
+    tier.awaited.lock().unwrap().clear();
+    let outs = run_to_end(&mut core);
+    assert_eq!(outs[&1], expected(&(0..10).collect::<Vec<_>>(), 2));
+    assert_eq!(core.scheduler().num_awaiting_transfer(), 0);
+    assert_eq!(core.scheduler().kv().pool().num_free(), 16);
+}

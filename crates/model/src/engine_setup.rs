@@ -9,10 +9,12 @@ use pagoda_spec::{NgramProposer, SuffixConfig, SuffixProposer};
 
 use std::sync::Arc;
 
+use crate::kv_transfer::{self, KvSender, TransferStore};
 use crate::{
-    CpuExecutor, DiskTier, DraftProposer, KvCacheDtype, KvDiskConfig, KvGroupPlan, Model,
-    ModelError, ModelRunner,
+    CpuExecutor, DiskTier, DraftProposer, KvCacheDtype, KvDiskConfig, KvGroupPlan,
+    KvTransferConfig, Model, ModelError, ModelRunner,
 };
+use pagoda_core::kv::KvRole;
 
 /// What a user may choose about the engine; `None` means the default.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -36,6 +38,8 @@ pub struct EngineSetup {
     pub sliding_window_freeing: bool,
     /// The disk tier of the prefix cache (`--kv-disk-dir`), off by default.
     pub kv_disk: Option<KvDiskConfig>,
+    /// Prefill/decode disaggregation (`--kv-role`), off by default.
+    pub kv_transfer: Option<KvTransferConfig>,
 }
 
 impl Default for EngineSetup {
@@ -51,6 +55,7 @@ impl Default for EngineSetup {
             speculative: None,
             sliding_window_freeing: true,
             kv_disk: None,
+            kv_transfer: None,
         }
     }
 }
@@ -183,9 +188,20 @@ pub fn build_engine_with_draft(
         }
         None => None,
     };
+    let transfer = open_transfer(setup, &exec, &cache)?;
     let mut runner = ModelRunner::new(exec);
     if let Some(t) = &tier {
-        runner = runner.with_kv_tier(Arc::clone(t));
+        runner = runner.with_kv_tier(Arc::clone(t) as Arc<dyn crate::TierBytes>);
+    }
+    let mut store = None;
+    match transfer {
+        Some(Transfer::Send(s)) => runner = runner.with_kv_sender(Arc::new(s)),
+        Some(Transfer::Receive(s)) => {
+            let s = Arc::new(s);
+            runner = runner.with_kv_tier(Arc::clone(&s) as Arc<dyn crate::TierBytes>);
+            store = Some(s);
+        }
+        None => {}
     }
     if let Some(spec) = &setup.speculative {
         spec.validate()
@@ -195,6 +211,9 @@ pub fn build_engine_with_draft(
     let mut core = EngineCore::new(runner, scheduler, &cache, eog_ids, vocab);
     if let Some(t) = tier {
         core.set_kv_tier(t);
+    }
+    if let Some(s) = store {
+        core.set_kv_tier(s);
     }
     if let Some(spec) = &setup.speculative {
         core.enable_speculation(spec.clone());
@@ -219,6 +238,51 @@ pub fn build_engine_with_draft(
         report.max_model_len
     );
     Ok((core, report))
+}
+
+/// The byte path of prefill/decode disaggregation for this replica's role.
+enum Transfer {
+    Send(KvSender),
+    Receive(TransferStore),
+}
+
+/// Starts the sender (prefill role) or the listener and store (decode role). The decode role
+/// takes the engine's one lower-tier slot, so it cannot run with the disk tier.
+fn open_transfer(
+    setup: &EngineSetup,
+    exec: &CpuExecutor,
+    cache: &CacheConfig,
+) -> Result<Option<Transfer>, ModelError> {
+    let Some(c) = &setup.kv_transfer else {
+        return Ok(None);
+    };
+    let layout = kv_transfer::layout_digest(&c.model_identity, &exec.kv_cache, &cache.groups);
+    let payload_len = exec.kv_cache.block_payload_len();
+    let io = |e: std::io::Error| ModelError::InvalidRequest(format!("KV transfer: {e}"));
+    Ok(match c.role {
+        KvRole::Both => None,
+        KvRole::Prefill => Some(Transfer::Send(
+            KvSender::start(layout, payload_len, c.timeout, Arc::clone(&c.counters)).map_err(io)?,
+        )),
+        KvRole::Decode => {
+            if setup.kv_disk.is_some() {
+                return Err(ModelError::InvalidRequest(
+                    "--kv-role decode cannot be combined with --kv-disk-dir (one lower KV tier)"
+                        .into(),
+                ));
+            }
+            if !setup.enable_prefix_caching {
+                return Err(ModelError::InvalidRequest(
+                    "--kv-role decode needs prefix caching (imported blocks are cached blocks)"
+                        .into(),
+                ));
+            }
+            Some(Transfer::Receive(
+                TransferStore::open(c, layout, payload_len)
+                    .map_err(|e| io(std::io::Error::other(format!("{}: {e}", c.listen))))?,
+            ))
+        }
+    })
 }
 
 /// Opens the disk tier for `exec`'s arena, timing one 64-token prefill chunk first for the

@@ -20,9 +20,10 @@ use pagoda_spec::{ProposeRequest, Proposer};
 use crate::batch::{Logits, SeqChunk};
 use crate::draft::DraftProposer;
 use crate::kv_shift;
+use crate::kv_transfer::KvSender;
 use crate::lora::LoraAdapter;
 use crate::sampler::{Sampled, Sampler, prompt_logprobs};
-use crate::{CpuExecutor, DiskTier, ForwardBatch};
+use crate::{CpuExecutor, ForwardBatch, TierBytes};
 
 struct SeqState {
     /// Prompt, then every token sampled so far.
@@ -63,7 +64,9 @@ pub struct ModelRunner {
     /// Reused proposal buffer.
     proposals: Vec<Vec<u32>>,
     /// The disk tier of the prefix cache: evicted blocks are copied to it, read ones from it.
-    tier: Option<Arc<DiskTier>>,
+    tier: Option<Arc<dyn TierBytes>>,
+    /// Prefill role: ships finished requests' prompt blocks to decode replicas.
+    sender: Option<Arc<KvSender>>,
 }
 
 impl ModelRunner {
@@ -76,13 +79,40 @@ impl ModelRunner {
             proposer: None,
             proposals: Vec::new(),
             tier: None,
+            sender: None,
         }
     }
 
     /// This runner, saving evicted blocks to `tier` and installing blocks read from it.
-    pub fn with_kv_tier(mut self, tier: Arc<DiskTier>) -> Self {
+    pub fn with_kv_tier(mut self, tier: Arc<dyn TierBytes>) -> Self {
         self.tier = Some(tier);
         self
+    }
+
+    /// This runner, shipping the blocks of `SchedulerOutput::kv_sends` with `sender`.
+    pub fn with_kv_sender(mut self, sender: Arc<KvSender>) -> Self {
+        self.sender = Some(sender);
+        self
+    }
+
+    /// Copies the step's outgoing transfers out of the arena (their blocks were released
+    /// when the step was planned, so this runs before anything in the step writes).
+    fn send_copies(&mut self, step: &SchedulerOutput) {
+        let Some(sender) = &self.sender else {
+            return;
+        };
+        for send in &step.kv_sends {
+            let blocks = send
+                .blocks
+                .iter()
+                .map(|&(b, key)| {
+                    let mut payload = Vec::new();
+                    self.exec.kv_cache.read_block(b, &mut payload);
+                    (key, payload)
+                })
+                .collect();
+            sender.send(send.id.clone(), send.addr.clone(), blocks);
+        }
     }
 
     /// The step's tier copies: evicted blocks' bytes out first (the step may reuse their
@@ -254,6 +284,7 @@ impl ModelRunner {
 
 impl ModelExecutor for ModelRunner {
     fn execute(&mut self, step: &SchedulerOutput) -> Result<ExecutorOutput, ExecutorError> {
+        self.send_copies(step);
         self.tier_copies(step);
         self.apply_diff(step)?;
         if step.scheduled.is_empty() {

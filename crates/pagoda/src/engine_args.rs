@@ -145,7 +145,8 @@ impl EngineArgs {
             kv_cache_dtype: self.kv_cache_dtype.parse().context("--kv-cache-dtype")?,
             speculative: self.speculative.resolve()?,
             sliding_window_freeing: !self.disable_sliding_window_freeing,
-            kv_disk: None, // `pagoda serve --kv-disk-dir` sets it
+            kv_disk: None,     // `pagoda serve --kv-disk-dir` sets it
+            kv_transfer: None, // `pagoda serve --kv-role` sets it
         })
     }
 }

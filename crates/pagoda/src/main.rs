@@ -28,6 +28,8 @@ struct Cli {
     log_format: String,
 }
 
+// Parsed once at start-up: the size of the largest variant (serve's flags) costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Generate text from a prompt (or a file of prompts) and print it.

@@ -13,9 +13,10 @@ use pagoda_router::{
 
 #[derive(Args)]
 pub struct RouterArgs {
-    /// A replica: `URL[,events=tcp://HOST:PORT][,replay=tcp://HOST:PORT][,topic=T]`, the
-    /// events endpoints being the replica's --kv-events-config `endpoint` and
-    /// `replay_endpoint` as the router reaches them (needed by cache_aware). Repeat per replica.
+    /// A replica: `URL[,events=tcp://HOST:PORT][,replay=tcp://HOST:PORT][,topic=T][,kv=HOST:PORT]`,
+    /// the events endpoints being the replica's --kv-events-config `endpoint` and
+    /// `replay_endpoint` as the router reaches them (needed by cache_aware), `kv` a decode
+    /// replica's --kv-transfer-port as the prefill replicas reach it. Repeat per replica.
     #[arg(long = "worker", env = "PAGODA_ROUTER_WORKERS", value_delimiter = ' ', num_args = 1..)]
     workers: Vec<String>,
     /// Replicas from DNS, `NAME:PORT`: every address NAME resolves to (a Kubernetes headless
@@ -28,6 +29,26 @@ pub struct RouterArgs {
     /// With --worker-dns: the port of each replica's KV events replay socket.
     #[arg(long, env = "PAGODA_ROUTER_DNS_REPLAY_PORT")]
     dns_replay_port: Option<u16>,
+    /// With --worker-dns: the replicas are decode replicas (`--kv-role decode`) with their
+    /// --kv-transfer-port on this port.
+    #[arg(long, env = "PAGODA_ROUTER_DNS_KV_PORT")]
+    dns_kv_port: Option<u16>,
+    /// A decode replica (`pagoda serve --kv-role decode`): a --worker spec whose `kv=`
+    /// defaults to the URL's host on port 7100. Repeat per replica.
+    #[arg(long = "decode", env = "PAGODA_ROUTER_DECODE", value_delimiter = ' ', num_args = 1..)]
+    decode: Vec<String>,
+    /// A prefill replica (`pagoda serve --kv-role prefill`), `URL`: with any, long prompts are
+    /// prefilled there and their KV shipped to the decode replica chosen (docs/scale-out.md).
+    #[arg(long = "prefill", env = "PAGODA_ROUTER_PREFILL", value_delimiter = ' ', num_args = 1..)]
+    prefill: Vec<String>,
+    /// With --prefill: a prompt whose part the chosen decode replica has not cached is below
+    /// this many tokens is prefilled on the decode replica itself (0: always disaggregate).
+    #[arg(long, env = "PAGODA_ROUTER_PD_THRESHOLD", default_value_t = 256)]
+    pd_threshold: usize,
+    /// With --prefill: seconds to wait for a prefill replica before the decode replica
+    /// prefills the request itself.
+    #[arg(long, default_value_t = 60.0)]
+    pd_prefill_timeout: f64,
     /// Seconds between DNS lookups of --worker-dns.
     #[arg(long, env = "PAGODA_ROUTER_DNS_INTERVAL", default_value_t = 5.0)]
     dns_interval: f64,
@@ -87,12 +108,25 @@ fn config(args: &RouterArgs) -> anyhow::Result<RouterConfig> {
         .iter()
         .filter(|w| !w.is_empty())
         .map(|w| WorkerSpec::parse(w))
+        .chain(
+            args.decode
+                .iter()
+                .filter(|w| !w.is_empty())
+                .map(|w| WorkerSpec::parse_decode(w)),
+        )
+        .collect::<Result<Vec<_>, _>>()?;
+    let prefill = args
+        .prefill
+        .iter()
+        .filter(|w| !w.is_empty())
+        .map(|w| WorkerSpec::parse(w))
         .collect::<Result<Vec<_>, _>>()?;
     let dns = match &args.worker_dns {
         Some(d) => {
             let mut dns = DnsWorkers::parse(d, seconds("--dns-interval", args.dns_interval)?)?;
             dns.events_port = args.dns_events_port;
             dns.replay_port = args.dns_replay_port;
+            dns.kv_port = args.dns_kv_port;
             Some(dns)
         }
         None => None,
@@ -122,6 +156,9 @@ fn config(args: &RouterArgs) -> anyhow::Result<RouterConfig> {
         poll_interval: seconds("--poll-interval", args.poll_interval)?,
         connect_timeout: seconds("--connect-timeout", args.connect_timeout)?,
         max_request_bytes: args.max_request_bytes,
+        prefill,
+        pd_threshold: args.pd_threshold,
+        pd_prefill_timeout: seconds("--pd-prefill-timeout", args.pd_prefill_timeout)?,
     };
     config.check()?;
     Ok(config)

@@ -109,6 +109,29 @@ pub struct ServeArgs {
     /// deleted beyond) [default: 20GiB].
     #[arg(long, env = "PAGODA_KV_DISK_SIZE", requires = "kv_disk_dir")]
     kv_disk_size: Option<String>,
+    /// Prefill/decode disaggregation: `prefill` computes prompts and ships their KV to the
+    /// decode replica a request's `kv_transfer_params` names; `decode` receives KV on
+    /// --kv-transfer-port and generates; `both` (default) is an ordinary replica
+    /// (docs/scale-out.md). `decode` cannot be combined with --kv-disk-dir.
+    #[arg(long, env = "PAGODA_KV_ROLE", default_value = "both", value_parser = ["prefill", "decode", "both"])]
+    kv_role: String,
+    /// Address the decode role listens on for KV transfers.
+    #[arg(long, env = "PAGODA_KV_TRANSFER_HOST", default_value = "0.0.0.0")]
+    kv_transfer_host: String,
+    /// Port the decode role listens on for KV transfers.
+    #[arg(long, env = "PAGODA_KV_TRANSFER_PORT", default_value_t = 7100)]
+    kv_transfer_port: u16,
+    /// Seconds a decode request waits for its transfer (and a transfer connection may stall)
+    /// before it prefills locally.
+    #[arg(long, env = "PAGODA_KV_TRANSFER_TIMEOUT", default_value_t = 5.0)]
+    kv_transfer_timeout: f64,
+    /// Most bytes of received KV held until their requests claim them, e.g. 1GiB; a
+    /// transfer that does not fit is refused (its request prefills locally).
+    #[arg(long, env = "PAGODA_KV_TRANSFER_BUFFER", default_value = "1GiB")]
+    kv_transfer_buffer: String,
+    /// Seconds received KV that no request claimed is kept.
+    #[arg(long, env = "PAGODA_KV_TRANSFER_TTL", default_value_t = 60.0)]
+    kv_transfer_ttl: f64,
     #[command(flatten)]
     engine: EngineArgs,
 }
@@ -123,6 +146,24 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             model_identity: String::new(), // the model file's, filled in at load
             read_bytes_per_sec: None,
             prefill_tokens_per_sec: None,
+        });
+    }
+    let role = pagoda_core::kv::KvRole::parse(&args.kv_role)
+        .with_context(|| format!("--kv-role {}: prefill, decode or both", args.kv_role))?;
+    if role != pagoda_core::kv::KvRole::Both {
+        let host = &args.kv_transfer_host;
+        setup.kv_transfer = Some(pagoda_model::KvTransferConfig {
+            role,
+            listen: if host.contains(':') {
+                format!("[{host}]:{}", args.kv_transfer_port)
+            } else {
+                format!("{host}:{}", args.kv_transfer_port)
+            },
+            timeout: positive_secs("--kv-transfer-timeout", args.kv_transfer_timeout)?,
+            buffer_bytes: parse_size(&args.kv_transfer_buffer).context("--kv-transfer-buffer")?,
+            ttl: positive_secs("--kv-transfer-ttl", args.kv_transfer_ttl)?,
+            model_identity: String::new(), // the model file's, filled in at load
+            counters: Default::default(),
         });
     }
     let path = model_path::resolve(args.model.clone())?;

@@ -95,6 +95,11 @@ pub struct CompletionRequest {
     /// vLLM: salt mixed into prefix-cache hashes so tenants do not share cache entries.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_salt: Option<String>,
+    /// vLLM: prefill/decode disaggregation (its NixlConnector's shape): `{"do_remote_decode":
+    /// true, "transfer_id", "remote_host", "remote_port"}` on a prefill replica,
+    /// `{"do_remote_prefill": true, "transfer_id"}` on a decode replica (docs/scale-out.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_transfer_params: Option<serde_json::Value>,
     /// vLLM: drop special tokens from the text (default true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skip_special_tokens: Option<bool>,

@@ -44,11 +44,16 @@ pub struct WorkerSpec {
     /// `http://host:port`, no trailing slash.
     pub url: String,
     pub events: Option<SubscribeTo>,
+    /// A decode replica's KV transfer endpoint (`host:port`, its `--kv-transfer-port`):
+    /// prefill replicas ship prompts' KV there. `None`: it only prefills its own requests.
+    pub kv: Option<String>,
 }
 
 impl WorkerSpec {
-    /// `URL[,events=tcp://host:port][,replay=tcp://host:port][,topic=T]`: the replica's
-    /// `--kv-events-config` `endpoint` and `replay_endpoint` as reachable from the router.
+    /// `URL[,events=tcp://host:port][,replay=tcp://host:port][,topic=T][,kv=host:port]`: the
+    /// replica's `--kv-events-config` `endpoint` and `replay_endpoint` as reachable from the
+    /// router, and (a decode replica) its KV transfer endpoint as reachable from the prefill
+    /// replicas.
     pub fn parse(spec: &str) -> Result<Self, ConfigError> {
         let bad = |why: &str| ConfigError::Worker {
             spec: spec.to_string(),
@@ -59,7 +64,7 @@ impl WorkerSpec {
         if !(url.starts_with("http://") || url.starts_with("https://")) || url.len() < 8 {
             return Err(bad("the first part must be an http:// URL"));
         }
-        let (mut events, mut replay, mut topic) = (None, None, String::new());
+        let (mut events, mut replay, mut topic, mut kv) = (None, None, String::new(), None);
         for p in parts {
             let (k, v) = p.split_once('=').ok_or_else(|| bad("expected key=value"))?;
             let tcp = |v: &str| {
@@ -73,7 +78,17 @@ impl WorkerSpec {
                 "events" => events = Some(tcp(v)?),
                 "replay" => replay = Some(tcp(v)?),
                 "topic" => topic = v.to_string(),
-                _ => return Err(bad("known keys are events, replay and topic")),
+                "kv" => match v.rsplit_once(':') {
+                    Some((h, p)) if !h.is_empty() && p.parse::<u16>().is_ok_and(|p| p > 0) => {
+                        kv = Some(v.to_string());
+                    }
+                    _ => {
+                        return Err(bad(
+                            "kv= is host:port (the decode replica's --kv-transfer-port)",
+                        ));
+                    }
+                },
+                _ => return Err(bad("known keys are events, replay, topic and kv")),
             }
         }
         if events.is_none() && replay.is_some() {
@@ -86,9 +101,28 @@ impl WorkerSpec {
                 replay_endpoint: replay,
                 topic,
             }),
+            kv,
         })
     }
+
+    /// `--decode SPEC`: a `--worker` spec that is a decode replica, its transfer endpoint on
+    /// the URL's host at port 7100 (the replicas' default) unless `kv=` says otherwise.
+    pub fn parse_decode(spec: &str) -> Result<Self, ConfigError> {
+        let mut w = Self::parse(spec)?;
+        if w.kv.is_none() {
+            let rest = w.url.split_once("://").map_or("", |(_, r)| r);
+            let host = match rest.rsplit_once(':') {
+                Some((h, p)) if p.chars().all(|c| c.is_ascii_digit()) => h,
+                _ => rest,
+            };
+            w.kv = Some(format!("{host}:{DEFAULT_KV_PORT}"));
+        }
+        Ok(w)
+    }
 }
+
+/// The replicas' default `--kv-transfer-port`.
+pub const DEFAULT_KV_PORT: u16 = 7100;
 
 /// `--worker-dns NAME:PORT`: every address of NAME is a replica on PORT (a Kubernetes headless
 /// Service), with its events on the given ports of the same address.
@@ -98,6 +132,8 @@ pub struct DnsWorkers {
     pub port: u16,
     pub events_port: Option<u16>,
     pub replay_port: Option<u16>,
+    /// `--dns-kv-port`: the replicas are decode replicas with this KV transfer port.
+    pub kv_port: Option<u16>,
     /// How often the name is resolved again.
     pub interval: Duration,
 }
@@ -119,6 +155,7 @@ impl DnsWorkers {
             port,
             events_port: None,
             replay_port: None,
+            kv_port: None,
             interval,
         })
     }
@@ -136,6 +173,7 @@ impl DnsWorkers {
                 replay_endpoint: self.replay_port.map(|r| format!("tcp://{host}:{r}")),
                 topic: String::new(),
             }),
+            kv: self.kv_port.map(|p| format!("{host}:{p}")),
         }
     }
 }
@@ -179,6 +217,14 @@ pub struct RouterConfig {
     pub connect_timeout: Duration,
     /// Largest request body accepted.
     pub max_request_bytes: usize,
+    /// Prefill replicas (`--prefill URL`): with any, prompts go through prefill/decode
+    /// disaggregation to the workers that have a `kv=` endpoint.
+    pub prefill: Vec<WorkerSpec>,
+    /// Prompts whose part the chosen decode replica has not cached is below this many tokens
+    /// are prefilled there (`--pd-threshold`).
+    pub pd_threshold: usize,
+    /// Longest wait for a prefill replica's answer before the decode replica prefills itself.
+    pub pd_prefill_timeout: Duration,
 }
 
 impl RouterConfig {
@@ -189,6 +235,9 @@ impl RouterConfig {
         }
         if self.policy == PolicyKind::CacheAware && self.tokenizer.is_none() {
             return Err(ConfigError::CacheAwareNeedsModel);
+        }
+        if !self.prefill.is_empty() && self.pd_threshold > 0 && self.tokenizer.is_none() {
+            return Err(ConfigError::PdNeedsModel);
         }
         Ok(())
     }
@@ -215,5 +264,14 @@ mod tests {
         assert_eq!(d.worker([10, 1, 2, 3].into()).url, "http://10.1.2.3:8000");
         assert!(DnsWorkers::parse("engine", Duration::from_secs(5)).is_err());
         assert!(PolicyKind::parse("random").is_err());
+        let d = WorkerSpec::parse("http://10.0.0.2:8000,kv=10.0.0.2:7200");
+        assert_eq!(
+            d.unwrap_or_else(|e| panic!("{e}")).kv.as_deref(),
+            Some("10.0.0.2:7200")
+        );
+        assert!(WorkerSpec::parse("http://a:1,kv=a").is_err());
+        assert!(WorkerSpec::parse("http://a:1,kv=a:0").is_err());
+        let d = WorkerSpec::parse_decode("http://10.0.0.3:8000").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(d.kv.as_deref(), Some("10.0.0.3:7100"));
     }
 }

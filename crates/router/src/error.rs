@@ -16,6 +16,8 @@ pub enum ConfigError {
     NoWorkers,
     #[error("--policy cache_aware needs --model (the GGUF whose tokenizer the replicas use)")]
     CacheAwareNeedsModel,
+    #[error("--prefill with --pd-threshold above 0 needs --model (to count a prompt's tokens)")]
+    PdNeedsModel,
     #[error("cannot read the model's tokenizer: {0}")]
     Tokenizer(String),
 }

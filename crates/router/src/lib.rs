@@ -6,7 +6,8 @@
 //!
 //! Layout: `config` (flags' values), `pool` + `worker` + `index` (replicas, their health, load
 //! and cached blocks), `health` (the poller), `policy/` (one file each), `routing_key` +
-//! `prompt` (tokens and hashes), `proxy` (forwarding, retries, mid-stream failure), `routes`,
+//! `prompt` (tokens and hashes), `proxy` (forwarding, retries, mid-stream failure), `pd`
+//! (prefill/decode disaggregation: the prefill hop, then the decode replica), `routes`,
 //! `metrics`.
 
 pub mod config;
@@ -14,6 +15,7 @@ pub mod error;
 mod health;
 pub mod index;
 pub mod metrics;
+pub mod pd;
 pub mod policy;
 pub mod pool;
 mod prom;
@@ -62,6 +64,14 @@ pub async fn build(config: RouterConfig) -> Result<Router, ConfigError> {
         state.client.clone(),
         config.poll_interval,
     ));
+    if !config.prefill.is_empty() {
+        health::poll_all(&state.prefill, &state.client, config.poll_interval).await;
+        tokio::spawn(health::run(
+            Arc::downgrade(&state.prefill),
+            state.client.clone(),
+            config.poll_interval,
+        ));
+    }
     let app = routes::app(Arc::clone(&state), config.max_request_bytes);
     Ok(Router { app, state })
 }

@@ -50,9 +50,30 @@ pub async fn forward(
     body: Bytes,
     key: &RoutingKey,
 ) -> Response {
+    forward_from(state, method, path, headers, body, key, None).await
+}
+
+/// As `forward`, but the first attempt goes to `first`'s replica with `first`'s body (the
+/// decode hop of prefill/decode disaggregation); retries send `body` by the policy.
+pub async fn forward_from(
+    state: &RouterState,
+    method: Method,
+    path: &str,
+    headers: &HeaderMap,
+    body: Bytes,
+    key: &RoutingKey,
+    mut first: Option<(Arc<Worker>, Bytes)>,
+) -> Response {
     let mut tried: Vec<Arc<Worker>> = Vec::new();
     let mut last_error = String::new();
     loop {
+        if let Some((w, b)) = first.take() {
+            tried.push(Arc::clone(&w));
+            match attempt(state, &method, path, headers, b, &w, &mut last_error).await {
+                Ok(r) => return r,
+                Err(()) => continue,
+            }
+        }
         let candidates: Vec<Arc<Worker>> = state
             .pool
             .workers()
@@ -80,46 +101,102 @@ pub async fn forward(
             state.metrics.retried();
         }
         tried.push(Arc::clone(&w));
-        let guard = w.start();
-        let mut req = state
-            .client
-            .request(method.clone(), format!("{}{path}", w.url()))
-            .body(body.clone());
-        for name in FORWARDED {
-            if let Some(v) = headers.get(name) {
-                req = req.header(name, v);
-            }
-        }
-        match req.send().await {
-            Err(e) => {
-                w.counters
-                    .errors
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                if e.is_connect() || e.is_timeout() {
-                    w.set_health(Health::Down);
-                }
-                tracing::warn!(
-                    worker = w.url(),
-                    "request failed before the first byte: {e}"
-                );
-                last_error = format!("{}: {e}", w.url());
-            }
-            Ok(r) if r.status() == StatusCode::SERVICE_UNAVAILABLE => {
-                // Draining or loading: it took nothing on; another replica may.
-                w.set_health(Health::Draining);
-                last_error = format!("{}: 503", w.url());
-                let others = state
-                    .pool
-                    .workers()
-                    .iter()
-                    .any(|o| o.accepts() && !tried.iter().any(|t| Arc::ptr_eq(t, o)));
-                if !others {
-                    return passthrough(r, guard);
-                }
-            }
-            Ok(r) => return passthrough(r, guard),
+        let others = state
+            .pool
+            .workers()
+            .iter()
+            .any(|o| o.accepts() && !tried.iter().any(|t| Arc::ptr_eq(t, o)));
+        let last = !others;
+        match attempt_or_last(
+            state,
+            &method,
+            path,
+            headers,
+            body.clone(),
+            &w,
+            &mut last_error,
+            last,
+        )
+        .await
+        {
+            Ok(r) => return r,
+            Err(()) => continue,
         }
     }
+}
+
+/// One try on `w`: its answer, or `Err` when it failed before the first byte and another
+/// replica may take the request (`last_error` says why).
+async fn attempt(
+    state: &RouterState,
+    method: &Method,
+    path: &str,
+    headers: &HeaderMap,
+    body: Bytes,
+    w: &Arc<Worker>,
+    last_error: &mut String,
+) -> Result<Response, ()> {
+    attempt_or_last(state, method, path, headers, body, w, last_error, false).await
+}
+
+/// As `attempt`; when `last`, a 503 is passed back rather than retried.
+#[allow(clippy::too_many_arguments)]
+async fn attempt_or_last(
+    state: &RouterState,
+    method: &Method,
+    path: &str,
+    headers: &HeaderMap,
+    body: Bytes,
+    w: &Arc<Worker>,
+    last_error: &mut String,
+    last: bool,
+) -> Result<Response, ()> {
+    let guard = w.start();
+    let mut req = state
+        .client
+        .request(method.clone(), format!("{}{path}", w.url()))
+        .body(body);
+    for name in FORWARDED {
+        if let Some(v) = headers.get(name) {
+            req = req.header(name, v);
+        }
+    }
+    match req.send().await {
+        Err(e) => {
+            w.counters
+                .errors
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if e.is_connect() || e.is_timeout() {
+                w.set_health(Health::Down);
+            }
+            tracing::warn!(
+                worker = w.url(),
+                "request failed before the first byte: {e}"
+            );
+            *last_error = format!("{}: {e}", w.url());
+            Err(())
+        }
+        Ok(r) if r.status() == StatusCode::SERVICE_UNAVAILABLE => {
+            // Draining or loading: it took nothing on; another replica may.
+            w.set_health(Health::Draining);
+            *last_error = format!("{}: 503", w.url());
+            if last {
+                Ok(passthrough(r, guard))
+            } else {
+                Err(())
+            }
+        }
+        Ok(r) => Ok(passthrough(r, guard)),
+    }
+}
+
+/// Request headers passed to a replica (for the prefill hop too).
+pub(crate) fn forwarded_headers(
+    headers: &HeaderMap,
+) -> impl Iterator<Item = (&'static str, &HeaderValue)> {
+    FORWARDED
+        .into_iter()
+        .filter_map(|name| headers.get(name).map(|v| (name, v)))
 }
 
 /// The replica's answer as the client's: status, the useful headers, the body as it comes.

@@ -79,7 +79,11 @@ async fn generate(s: AppState, api: Api, headers: HeaderMap, body: Bytes) -> Res
         Api::Completions => "/v1/completions",
         Api::Chat => "/v1/chat/completions",
     };
-    forward(&s, Method::POST, path, &headers, body, &key).await
+    if s.prefill.workers().is_empty() {
+        forward(&s, Method::POST, path, &headers, body, &key).await
+    } else {
+        crate::pd::route(&s, path, &headers, body, &key).await
+    }
 }
 
 async fn models(State(s): State<AppState>, headers: HeaderMap) -> Response {
@@ -110,7 +114,13 @@ async fn ready(State(s): State<AppState>) -> Response {
 async fn metrics(State(s): State<AppState>) -> Response {
     (
         [("content-type", "text/plain; version=0.0.4; charset=utf-8")],
-        s.metrics.render(&s.pool, s.policy_kind.name()),
+        {
+            let mut text = s.metrics.render(&s.pool, s.policy_kind.name());
+            if !s.prefill.workers().is_empty() {
+                s.pd_metrics.render(&mut text, &s.prefill);
+            }
+            text
+        },
     )
         .into_response()
 }

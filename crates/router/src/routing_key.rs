@@ -30,6 +30,11 @@ impl RoutingKey {
         }
     }
 
+    /// The prompt's length in tokens, when it was tokenized.
+    pub fn num_tokens(&self) -> Option<usize> {
+        self.tokens.as_ref().map(Vec::len)
+    }
+
     /// Whether there is a prompt to hash.
     pub fn is_some(&self) -> bool {
         self.tokens.is_some()

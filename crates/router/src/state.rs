@@ -22,6 +22,11 @@ pub struct RouterState {
     /// The replicas' root hash (from their `--prefix-cache-hash-seed`).
     pub root: BlockHash,
     pub metrics: RouterMetrics,
+    /// Prefill replicas (`--prefill`); empty: no prefill/decode disaggregation.
+    pub prefill: Arc<Pool>,
+    pub pd_threshold: usize,
+    pub pd_prefill_timeout: std::time::Duration,
+    pub pd_metrics: crate::pd::PdMetrics,
 }
 
 impl RouterState {
@@ -33,10 +38,16 @@ impl RouterState {
             .no_proxy()
             .tcp_nodelay(true)
             .build()?;
+        // Cache-aware routing needs the prompt's tokens, and so does the PD threshold.
         let tokenizer = match config.policy {
             PolicyKind::CacheAware => config.tokenizer.clone(),
+            _ if !config.prefill.is_empty() && config.pd_threshold > 0 => config.tokenizer.clone(),
             _ => None,
         };
+        let prefill = Arc::new(Pool::default());
+        for w in &config.prefill {
+            prefill.add(w.clone());
+        }
         Ok(Self {
             pool,
             policy: policy::build(config),
@@ -45,6 +56,10 @@ impl RouterState {
             tokenizer,
             root: root_hash(&config.hash_seed),
             metrics: RouterMetrics::default(),
+            prefill,
+            pd_threshold: config.pd_threshold,
+            pd_prefill_timeout: config.pd_prefill_timeout,
+            pd_metrics: Default::default(),
         })
     }
 }

@@ -137,6 +137,9 @@ async fn router(policy: PolicyKind, replicas: &[&Replica]) -> String {
         poll_interval: Duration::from_millis(200),
         connect_timeout: Duration::from_secs(2),
         max_request_bytes: 8 << 20,
+        prefill: Vec::new(),
+        pd_threshold: 0,
+        pd_prefill_timeout: Duration::from_secs(60),
     };
     let r = pagoda_router::build(config).await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

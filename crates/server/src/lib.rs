@@ -19,6 +19,8 @@ mod error_shape;
 mod generation;
 mod http_server;
 mod kv_disk_metrics;
+mod kv_transfer;
+mod kv_transfer_metrics;
 mod logprobs;
 pub mod loras;
 mod messages_input;

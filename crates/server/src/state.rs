@@ -45,6 +45,10 @@ pub struct Loaded {
     pub kv_events: Option<pagoda_kv_events::KvEventsPublisher>,
     /// The LoRA adapters served over the model.
     pub loras: Arc<crate::loras::LoraRegistry>,
+    /// This replica's part in prefill/decode disaggregation (`--kv-role`).
+    pub kv_role: pagoda_core::kv::KvRole,
+    /// The transfers' counters, for `/metrics` (a prefill or decode role only).
+    pub kv_transfer: Option<Arc<pagoda_model::KvTransferCounters>>,
 }
 
 struct Inner {
@@ -205,6 +209,15 @@ impl AppState {
             kv: m.report,
             prefix_caching: setup.enable_prefix_caching,
             kv_events: m.kv_events,
+            kv_role: setup
+                .kv_transfer
+                .as_ref()
+                .map_or_else(Default::default, |c| c.role),
+            kv_transfer: setup
+                .kv_transfer
+                .as_ref()
+                .filter(|c| c.role != pagoda_core::kv::KvRole::Both)
+                .map(|c| Arc::clone(&c.counters)),
         };
         self.0
             .loaded

@@ -47,6 +47,8 @@ pub struct SamplingFields<'a> {
     pub constraint: Option<pagoda_core::ConstraintRef>,
     /// The adapter the request's `model` names (`resolve_model`), `None` for the base model.
     pub lora: Option<pagoda_core::LoraRef>,
+    /// Prefill/decode disaggregation (`crate::kv_transfer::parse`).
+    pub kv_transfer_params: Option<&'a Value>,
 }
 
 /// A [`SamplingFields`] over `$req`, a chat or completions request: the fields both types name
@@ -85,6 +87,7 @@ macro_rules! sampling_fields {
             prompt_logprobs: None,
             constraint: None,
             lora: None,
+            kv_transfer_params: req.kv_transfer_params.as_ref(),
         }
     }};
 }
@@ -121,6 +124,7 @@ impl SamplingFields<'_> {
             prompt_logprobs: None,
             constraint: None,
             lora: None,
+            kv_transfer_params: None,
         }
     }
 }
@@ -279,6 +283,7 @@ pub fn build(
         constraint: f.constraint.clone(),
         // Set with the prefix-cache key by `ValidRequest::with_lora` below.
         lora: None,
+        kv_transfer: crate::kv_transfer::parse(f.kv_transfer_params, loaded.kv_role)?,
     };
     // OpenAI's temperature range; the engine accepts more, clients expect this bound.
     if !(0.0..=2.0).contains(&params.temperature) {

@@ -66,6 +66,7 @@ pub struct KvCacheManager {
 
 mod shift;
 mod tier;
+mod transfer;
 
 impl KvCacheManager {
     /// One full-attention group.

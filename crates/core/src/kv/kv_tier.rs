@@ -41,6 +41,19 @@ pub trait KvTier: Send + Sync + std::fmt::Debug {
     /// Counts a prefix lookup past the memory cache: `hit` blocks found in the tier, `miss`
     /// blocks not (or not worth reading).
     fn record_lookup(&self, hit: usize, miss: usize);
+
+    /// Whether blocks of transfer `id` (prefill/decode disaggregation) are still expected:
+    /// the sequence waits meanwhile. False once they arrived, failed or timed out; always
+    /// false for a tier that is not fed by transfers.
+    fn awaiting(&self, _id: &str) -> bool {
+        false
+    }
+
+    /// Whether evicted blocks are saved to this tier (false: a store fed only from outside,
+    /// such as received transfers, so nothing is copied out on eviction).
+    fn takes_saves(&self) -> bool {
+        true
+    }
 }
 
 /// A block read back from the tier, to be written into `block_id` before the step's forward.

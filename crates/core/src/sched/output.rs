@@ -3,7 +3,7 @@
 //! each sequence's tokens and sampler until the sequence appears in `finished_seq_ids`.
 
 use crate::kv::block_hash::BlockHash;
-use crate::kv::{BlockId, KvLoad};
+use crate::kv::{BlockId, KvLoad, KvSend};
 use crate::request::SeqId;
 use crate::sampling_params::SamplingParams;
 
@@ -71,6 +71,10 @@ pub struct SchedulerOutput {
     /// Blocks read back from the lower tier: written into their blocks after `kv_saves` and
     /// before the forward pass (they are cached blocks from this step on).
     pub kv_loads: Vec<KvLoad>,
+    /// Prompt blocks of finished prefill-role requests to ship to decode replicas: the
+    /// executor copies their bytes out before this step's forward pass (the scheduler
+    /// released them when it planned the step; nothing reuses them before the pass).
+    pub kv_sends: Vec<KvSend>,
 }
 
 impl SchedulerOutput {
@@ -80,6 +84,9 @@ impl SchedulerOutput {
 
     /// Whether the executor has anything to do: a forward pass or tier copies.
     pub fn has_work(&self) -> bool {
-        !self.scheduled.is_empty() || !self.kv_saves.is_empty() || !self.kv_loads.is_empty()
+        !self.scheduled.is_empty()
+            || !self.kv_saves.is_empty()
+            || !self.kv_loads.is_empty()
+            || !self.kv_sends.is_empty()
     }
 }

@@ -16,7 +16,7 @@ use super::queue::{QueueKey, WaitingQueue};
 use super::stop::check_stop;
 use super::tier_load::TierStep;
 use crate::config::SchedulerConfig;
-use crate::kv::{BlockId, ComputedBlocks, KvCacheManager, NULL_BLOCK};
+use crate::kv::{BlockId, ComputedBlocks, KvCacheManager, KvSend, KvTransfer, NULL_BLOCK};
 use crate::request::{FinishReason, Request, RequestStatus, SeqId};
 use crate::spec::{SpecCandidate, SpecConfig, SpecController};
 
@@ -69,6 +69,8 @@ pub struct Scheduler {
     spec: Option<SpecController>,
     /// Shifts made since each sequence's last step, for its next `ScheduledSeq`.
     pub(super) pending_shifts: HashMap<SeqId, ContextShift>,
+    /// Prompt blocks of finished prefill-role requests, held until the next step ships them.
+    pending_sends: Vec<KvSend>,
     pub counters: SchedulerCounters,
 }
 
@@ -86,6 +88,7 @@ impl Scheduler {
             finished_since_last_step: Vec::new(),
             spec: None,
             pending_shifts: HashMap::new(),
+            pending_sends: Vec::new(),
             counters: SchedulerCounters::default(),
         }
     }
@@ -134,7 +137,8 @@ impl Scheduler {
     }
 
     pub fn has_unfinished(&self) -> bool {
-        !self.requests.is_empty()
+        // Held prompt blocks of finished prefill-role requests still need a step to ship.
+        !self.requests.is_empty() || !self.pending_sends.is_empty()
     }
 
     /// KV slots held by running sequences, and how many of them hold a computed token; the
@@ -178,6 +182,16 @@ impl Scheduler {
                 self.waiting.remove(seq);
             }
             RequestStatus::Finished(_) => {}
+        }
+        if let Some(KvTransfer::Send { id, addr }) = &req.params.kv_transfer
+            && matches!(reason, FinishReason::Stop(_) | FinishReason::Length)
+        {
+            let blocks = self.kv.hold_prompt_blocks(&req);
+            self.pending_sends.push(KvSend {
+                id: id.clone(),
+                addr: addr.clone(),
+                blocks,
+            });
         }
         self.kv.free(seq);
         self.pending_shifts.remove(&seq);
@@ -301,6 +315,11 @@ impl Scheduler {
             self.add_speculation(&mut out, budget);
         }
         out.kv_saves = self.kv.take_saves();
+        // Nothing allocates between here and the executor's copy-out of these blocks.
+        out.kv_sends = std::mem::take(&mut self.pending_sends);
+        for send in &out.kv_sends {
+            self.kv.release_held(&send.blocks);
+        }
         out.total_num_scheduled_tokens = out.scheduled.iter().map(|s| s.num_scheduled_tokens).sum();
         for s in &out.scheduled {
             if let Some(r) = self.requests.get(&s.seq_id) {

@@ -6,7 +6,7 @@
 
 use super::output::SchedulerOutput;
 use super::scheduler::Scheduler;
-use crate::kv::{ComputedBlocks, PendingLoad};
+use crate::kv::{ComputedBlocks, KvTransfer, PendingLoad};
 use crate::request::SeqId;
 
 /// What the waiting loop does with a sequence after asking the tier.
@@ -50,6 +50,20 @@ impl Scheduler {
         if req.tier_checked {
             return TierStep::Go(computed);
         }
+        // A decode-role request waits for its prompt's blocks from the prefill replica (or
+        // until the transfer fails or times out: then it computes the prompt itself).
+        if let Some(KvTransfer::Receive { id }) = &req.params.kv_transfer {
+            let waiting = tier.awaiting(id);
+            if let Some(r) = self.requests.get_mut(&seq) {
+                r.awaiting_transfer = waiting;
+            }
+            if waiting {
+                return TierStep::Wait;
+            }
+        }
+        let Some(req) = self.requests.get(&seq) else {
+            return TierStep::Go(computed);
+        };
         let hit = computed.num_blocks();
         let (n, keys, looked) = self.kv.tier_hit(req, hit);
         let bs = self.kv.block_size();
@@ -69,6 +83,14 @@ impl Scheduler {
             num_blocks: n,
         });
         TierStep::Wait
+    }
+
+    /// Sequences waiting for a prefill replica's transfer.
+    pub fn num_awaiting_transfer(&self) -> usize {
+        self.requests
+            .values()
+            .filter(|r| r.awaiting_transfer)
+            .count()
     }
 
     /// Sequences waiting for a tier read.

@@ -56,6 +56,8 @@ pub struct FakeTier {
     pub forget_every: u8,
     /// Blocks installed from the tier so far.
     pub installed: Mutex<u64>,
+    /// Transfer ids still expected (prefill/decode disaggregation).
+    pub awaited: Mutex<std::collections::HashSet<String>>,
 }
 
 impl KvTier for FakeTier {
@@ -102,6 +104,9 @@ impl KvTier for FakeTier {
         KvTierStats::default()
     }
     fn record_lookup(&self, _hit: usize, _miss: usize) {}
+    fn awaiting(&self, id: &str) -> bool {
+        self.awaited.lock().unwrap().contains(id)
+    }
 }
 
 impl FakeTier {

@@ -25,6 +25,12 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
             p.overflows.load(std::sync::atomic::Ordering::Relaxed),
         );
     }
+    if let Some(l) = loaded
+        && let Some(c) = &l.kv_transfer
+    {
+        let label = crate::metrics::model_label(name);
+        crate::kv_transfer_metrics::render(&mut text, &label, l.kv_role.name(), c);
+    }
     if let (Ok(l), Some(s)) = (state.loaded(), stats.as_ref()) {
         crate::metrics::render_loras(&mut text, s, &l.loras);
     }

@@ -17,7 +17,9 @@ impl KvCacheManager {
     /// `take_saves`). A no-op without prefix caching, where nothing is ever cached.
     pub fn set_tier(&mut self, tier: Arc<dyn KvTier>) {
         if self.enable_caching {
-            self.pool.record_evictions();
+            if tier.takes_saves() {
+                self.pool.record_evictions();
+            }
             self.tier = Some(tier);
         }
     }
@@ -32,7 +34,7 @@ impl KvCacheManager {
     pub fn take_saves(&mut self) -> Vec<(BlockId, BlockHash)> {
         let mut ev = self.pool.take_evictions();
         match self.tier() {
-            Some(t) if t.enabled() => ev.retain(|(_, key)| !t.contains(key)),
+            Some(t) if t.enabled() && t.takes_saves() => ev.retain(|(_, key)| !t.contains(key)),
             _ => ev.clear(),
         }
         ev

@@ -1,0 +1,286 @@
+//! Prefill/decode disaggregation against real `pagoda serve` replicas on loopback (SmolLM2,
+//! `--threads 1`): one `--kv-role prefill`, one `--kv-role decode`, the router in-process. A
+//! long prompt goes prefill -> transfer -> decode and its greedy output is the same as one
+//! replica's (and `cached_tokens` shows the imported blocks were used); a short one is
+//! prefilled on the decode replica; a transfer cut off mid-way (a relay that drops the
+//! connection after a few KiB) falls back to a local prefill and completes; and afterwards
+//! neither side holds a block or a buffered transfer. Needs the `pagoda` binary built.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pagoda_router::{PolicyKind, PromptTokenizer, RouterConfig, WorkerSpec};
+use serde_json::{Value, json};
+
+const MODEL_NAME: &str = "SmolLM2-135M-Instruct.Q4_1";
+
+fn model() -> PathBuf {
+    let dir = match std::env::var_os("PAGODA_MODEL_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/pagoda/models"),
+    };
+    dir.join(format!("{MODEL_NAME}.gguf"))
+}
+
+/// `$PAGODA_BIN`, else `pagoda` next to this test's `deps/` directory.
+fn pagoda_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("PAGODA_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().unwrap();
+    let bin = exe.parent().unwrap().parent().unwrap().join("pagoda");
+    assert!(
+        bin.is_file(),
+        "{} is missing: build it first (cargo build -p pagoda) or set PAGODA_BIN",
+        bin.display()
+    );
+    bin
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A `pagoda serve` child process, killed when dropped.
+struct Replica {
+    child: Child,
+    url: String,
+}
+
+impl Replica {
+    fn start(extra: &[&str]) -> Self {
+        let port = free_port();
+        let child = Command::new(pagoda_bin())
+            .args(["serve", "--threads", "1", "--port", &port.to_string()])
+            .args(["--kv-cache-memory", "64MiB", "--max-model-len", "2048"])
+            .args(extra)
+            .arg("--model")
+            .arg(model())
+            .env_remove("PAGODA_LOG")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        Self {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+        }
+    }
+
+    async fn wait_ready(&self, c: &reqwest::Client) {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let r = c.get(format!("{}/ready", self.url)).send().await;
+            if r.is_ok_and(|r| r.status() == 200) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{} never got ready", self.url);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An in-process router: `decode` (with its transfer endpoint `kv`) and one prefill replica.
+async fn router(decode: &Replica, kv: &str, prefill: &Replica) -> String {
+    let config = RouterConfig {
+        workers: vec![WorkerSpec::parse(&format!("{},kv={kv}", decode.url)).unwrap()],
+        dns: None,
+        policy: PolicyKind::RoundRobin,
+        tokenizer: Some(Arc::new(PromptTokenizer::open(&model(), None).unwrap())),
+        hash_seed: "0".into(),
+        tuning: Default::default(),
+        poll_interval: Duration::from_millis(200),
+        connect_timeout: Duration::from_secs(2),
+        max_request_bytes: 8 << 20,
+        prefill: vec![WorkerSpec::parse(&prefill.url).unwrap()],
+        pd_threshold: 64,
+        pd_prefill_timeout: Duration::from_secs(60),
+    };
+    let r = pagoda_router::build(config).await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(pagoda_router::serve(listener, r, std::future::pending()));
+    url
+}
+
+async fn complete(c: &reqwest::Client, url: &str, prompt: &str, salt: &str) -> Value {
+    let body = json!({"model": MODEL_NAME, "prompt": prompt, "max_tokens": 24,
+                      "temperature": 0, "cache_salt": salt});
+    let r = c
+        .post(format!("{url}/v1/completions"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "via {url}");
+    r.json().await.unwrap()
+}
+
+fn text(v: &Value) -> &str {
+    v["choices"][0]["text"].as_str().unwrap()
+}
+
+fn cached_tokens(v: &Value) -> u64 {
+    v["usage"]["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .unwrap_or(0)
+}
+
+/// The value of the series `name` (first sample) in `url`'s /metrics.
+async fn metric(c: &reqwest::Client, url: &str, name: &str) -> f64 {
+    let text = c
+        .get(format!("{url}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{name} missing from {url}/metrics"))
+}
+
+/// Waits until `name` on `url` is `want` (metrics are published after each step).
+async fn settles(c: &reqwest::Client, url: &str, name: &str, want: f64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let v = metric(c, url, name).await;
+        if v == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name} on {url} is {v}, not {want}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Relays connections to `to`, cutting each off after `limit` bytes: a transfer that dies
+/// mid-way.
+fn cutting_relay(to: String, limit: usize) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut from) = conn else { continue };
+            let Ok(mut out) = TcpStream::connect(&to) else {
+                continue;
+            };
+            let mut buf = vec![0u8; limit];
+            let mut n = 0;
+            while n < limit {
+                match from.read(&mut buf[n..]) {
+                    Ok(0) | Err(_) => break,
+                    Ok(k) => n += k,
+                }
+            }
+            let _ = out.write_all(&buf[..n]);
+            // Both ends dropped here: the decode side sees the stream end inside a frame.
+        }
+    });
+    addr
+}
+
+fn long_prompt(topic: &str) -> String {
+    (0..30)
+        .map(|i| format!("Fact {i} about {topic}: it is worth knowing and easy to recall."))
+        .collect::<Vec<_>>()
+        .join(" ")
+        + " In one sentence, the most important fact is"
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prefill_transfer_decode_matches_one_replica_and_failures_fall_back() {
+    if !model().is_file() {
+        eprintln!(
+            "skipped: {} missing (scripts/fetch-models.sh)",
+            model().display()
+        );
+        return;
+    }
+    let kv_port = free_port();
+    let prefill = Replica::start(&["--kv-role", "prefill", "--kv-transfer-timeout", "3"]);
+    let decode = Replica::start(&[
+        "--kv-role",
+        "decode",
+        "--kv-transfer-host",
+        "127.0.0.1",
+        "--kv-transfer-port",
+        &kv_port.to_string(),
+        "--kv-transfer-timeout",
+        "3",
+    ]);
+    let c = reqwest::Client::new();
+    prefill.wait_ready(&c).await;
+    decode.wait_ready(&c).await;
+    let kv = format!("127.0.0.1:{kv_port}");
+    let r = router(&decode, &kv, &prefill).await;
+    let prompt = long_prompt("rivers");
+
+    // One replica doing both (the prefill replica serves plain requests too).
+    let alone = complete(&c, &prefill.url, &prompt, "alone").await;
+    // Prefill there, KV over TCP, decode here: the same tokens, the prompt's KV imported.
+    let split = complete(&c, &r, &prompt, "split").await;
+    assert_eq!(text(&split), text(&alone));
+    let prompt_tokens = split["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert!(prompt_tokens > 256, "{prompt_tokens}");
+    let full_blocks = (prompt_tokens - 1) / 16 * 16;
+    assert_eq!(cached_tokens(&split), full_blocks, "{split}");
+    assert_eq!(metric(&c, &r, "pagoda_router:pd_remote_total").await, 1.0);
+    let received = metric(&c, &decode.url, "pagoda:kv_transfer_blocks_received_total").await;
+    assert!(received >= (prompt_tokens / 16) as f64, "{received}");
+    assert!(metric(&c, &prefill.url, "pagoda:kv_transfer_bytes_sent_total").await > 0.0);
+
+    // A short prompt is prefilled on the decode replica.
+    let short = complete(&c, &r, "The capital of France is", "short").await;
+    assert!(!text(&short).is_empty());
+    assert_eq!(metric(&c, &r, "pagoda_router:pd_local_total").await, 1.0);
+
+    // A transfer cut off after 64 KiB: the decode replica prefills itself, same output.
+    let relay = cutting_relay(kv.clone(), 64 << 10);
+    let r2 = router(&decode, &relay, &prefill).await;
+    let started = Instant::now();
+    let cut = complete(&c, &r2, &prompt, "cut").await;
+    assert_eq!(text(&cut), text(&alone));
+    assert_eq!(cached_tokens(&cut), 0, "nothing was imported: {cut}");
+    assert!(started.elapsed() < Duration::from_secs(30));
+    settles(
+        &c,
+        &decode.url,
+        "pagoda:kv_transfer_receive_failures_total",
+        1.0,
+    )
+    .await;
+    assert_eq!(
+        metric(&c, &decode.url, "pagoda:kv_transfer_fallbacks_total").await,
+        1.0
+    );
+
+    // No blocks are left held on either side, and no received block waits unclaimed.
+    for url in [&prefill.url, &decode.url] {
+        settles(&c, url, "pagoda:kv_cache_usage_perc", 0.0).await;
+        settles(&c, url, "pagoda:kv_transfer_in_flight", 0.0).await;
+        settles(&c, url, "pagoda:num_requests_running", 0.0).await;
+    }
+    settles(&c, &decode.url, "pagoda:kv_transfer_buffered_blocks", 0.0).await;
+}
