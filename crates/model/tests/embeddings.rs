@@ -14,8 +14,7 @@ use std::sync::Arc;
 
 use pagoda_frontend::HfTokenizer;
 use pagoda_hf::Quantization;
-use pagoda_kernels::matmul::MatmulScratch;
-use pagoda_model::Encoder;
+use pagoda_model::{Encoder, EncoderScratch};
 
 const SENTENCES: [&str; 12] = [
     "A man is playing a guitar.",
@@ -97,7 +96,7 @@ fn minilm_matches_a_numpy_forward_pass() {
     let exact = encoder(&dir, Quantization::None);
     assert_eq!(exact.config().output_dim, 384);
     let seqs: Vec<&[u32]> = ids.iter().map(Vec::as_slice).collect();
-    let mut scratch = MatmulScratch::default();
+    let mut scratch = EncoderScratch::default();
     let batch = exact.embed(&seqs, &mut scratch).unwrap();
     let worst = batch
         .iter()
