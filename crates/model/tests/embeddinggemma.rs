@@ -9,10 +9,10 @@
 
 mod common;
 
+use common::cosine;
+
 use std::collections::HashMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 use pagoda_frontend::HfTokenizer;
@@ -37,54 +37,15 @@ const SENTENCES: [&str; 12] = [
 
 /// The checkpoint directory, fetched if missing.
 fn embeddinggemma() -> PathBuf {
-    let dir = common::model_dir().join("embeddinggemma-300m");
-    if !dir.join("model.safetensors").is_file() {
-        let script =
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/fetch-models.sh");
-        let status = Command::new("bash")
-            .arg(script)
-            .arg("embeddinggemma")
-            .status()
-            .unwrap();
-        assert!(
-            status.success(),
-            "scripts/fetch-models.sh embeddinggemma failed"
-        );
-    }
-    dir
+    common::fetched_dir("embeddinggemma", "embeddinggemma-300m")
 }
 
 /// The reference's vectors by Matryoshka length ("768", ..., "768_no_window").
 type Reference = HashMap<String, Vec<Option<Vec<f64>>>>;
 
 fn reference(dir: &Path, ids: &[Vec<u32>]) -> Reference {
-    let script =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/embeddinggemma_reference.py");
-    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_owned());
-    let mut child = Command::new(python)
-        .arg(script)
-        .arg(dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let input = serde_json::to_vec(ids).unwrap();
-    child.stdin.take().unwrap().write_all(&input).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "embeddinggemma_reference.py: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
-fn cosine(a: &[f32], b: &[f64]) -> f64 {
-    let dot: f64 = a.iter().zip(b).map(|(&x, &y)| x as f64 * y).sum();
-    let na: f64 = a.iter().map(|&x| (x as f64).powi(2)).sum::<f64>().sqrt();
-    let nb: f64 = b.iter().map(|y| y * y).sum::<f64>().sqrt();
-    dot / (na * nb)
+    let v = common::python_reference("embeddinggemma_reference.py", dir, &serde_json::json!(ids));
+    serde_json::from_value(v).unwrap()
 }
 
 fn dot(a: &[f32], b: &[f32]) -> f32 {

@@ -2,7 +2,9 @@
 //! attention and FFN, per-head RMSNorm on q and k, GeGLU (tanh GELU). The stored norm weights
 //! already include Gemma's `+1` (convert_hf_to_gguf adds it), so every norm is plain `x * w`.
 
-use super::{Activation, Attention, Ffn, ForwardScratch, Model, OutputRows, ensure, rows};
+use super::{
+    Activation, Attention, Ffn, ForwardScratch, Model, OutputRows, ensure, projections, rows,
+};
 use crate::config::ModelConfig;
 use crate::weights::Weights;
 use crate::{ForwardBatch, KvCache, ModelError};
@@ -48,7 +50,17 @@ impl Block {
             m.attention(il, a, h, out, batch, kv, s, keep);
         };
         let ffn = |f: &Ffn, h: &[f32], t: usize, out: &mut [f32], s: &mut ForwardScratch| {
-            m.ffn(il, f, Activation::GeluTanh, h, t, out, s);
+            projections::ffn(
+                &m.weights,
+                &m.config,
+                il,
+                f,
+                Activation::GeluTanh,
+                h,
+                t,
+                out,
+                s,
+            );
         };
         self.sandwich(x, d, eps, batch.num_tokens(), s, keep, attend, ffn);
     }

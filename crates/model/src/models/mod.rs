@@ -415,21 +415,6 @@ impl Model {
         }
         projections::output(&self.weights, c, il, a, t_out, out, s);
     }
-
-    /// `out[t][d] = down(act(gate h) * up h)`.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn ffn(
-        &self,
-        il: usize,
-        f: &Ffn,
-        act: Activation,
-        h: &[f32],
-        t: usize,
-        out: &mut [f32],
-        s: &mut ForwardScratch,
-    ) {
-        projections::ffn(&self.weights, &self.config, il, f, act, h, t, out, s);
-    }
 }
 
 impl Attention {
