@@ -66,7 +66,8 @@ def bench_pagoda(args, name, quantization, port):
     model = os.path.join(MODELS, CHECKPOINTS[name])
     t0 = time.monotonic()
     proc = subprocess.Popen(
-        [args.pagoda, "serve", "--model", model, "--port", str(port), "--quantization", quantization],
+        [args.pagoda, "serve", "--model", model, "--port", str(port), "--quantization", quantization,
+         "--served-model-name", "m"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -74,8 +75,9 @@ def bench_pagoda(args, name, quantization, port):
         wait_ready(port, proc)
         load = time.monotonic() - t0
         out = {"load_s": round(load, 2)}
+        print(f"# {name} {quantization}: ready in {load:.2f} s", flush=True)
         batch = texts(args.batch)
-        for n in (32, 256):
+        for n in map(int, args.lengths.split(",")):
             body = {"model": "m", "input": batch, "truncate_prompt_tokens": n}
             r = post(port, body)  # warm-up
             assert r["usage"]["prompt_tokens"] == n * args.batch, r["usage"]
@@ -85,6 +87,7 @@ def bench_pagoda(args, name, quantization, port):
                 post(port, body)
                 rates.append(args.batch / (time.monotonic() - t))
             out[f"{n}_tok_sent_per_s"] = round(statistics.median(rates), 1)
+            print(f"# {name} {quantization} {n} tokens: {out[f'{n}_tok_sent_per_s']} sentences/s", flush=True)
         return out
     finally:
         proc.terminate()
@@ -102,7 +105,7 @@ def bench_st(args, name):
     m = SentenceTransformer(os.path.join(MODELS, CHECKPOINTS[name]), device="cpu")
     out = {"load_s": round(time.monotonic() - t0, 2), "torch": torch.__version__}
     batch = texts(args.batch)
-    for n in (32, 256):
+    for n in map(int, args.lengths.split(",")):
         m.max_seq_length = n
         m.encode(batch, batch_size=args.batch)
         rates = []
@@ -121,6 +124,7 @@ def main():
     p.add_argument("--quantization", default="q8_0,none")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--lengths", default="32,256", help="input lengths in tokens")
     p.add_argument("--port", type=int, default=8391)
     p.add_argument("--st", action="store_true", help="also run sentence-transformers")
     args = p.parse_args()
