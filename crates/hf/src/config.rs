@@ -16,12 +16,20 @@ pub enum Arch {
     Gemma3,
     /// BERT encoders (sentence-transformers models such as all-MiniLM-L6-v2).
     Bert,
+    /// Gemma 3's layers with bidirectional attention (EmbeddingGemma's `Gemma3TextModel`),
+    /// llama.cpp's `gemma-embedding`.
+    GemmaEmbedding,
 }
 
 impl Arch {
     /// Whether this is an encoder whose output is an embedding, not next-token logits.
     pub fn is_encoder(self) -> bool {
-        self == Self::Bert
+        matches!(self, Self::Bert | Self::GemmaEmbedding)
+    }
+
+    /// Whether the layers are Gemma 3's (names, `1 + w` norms, defaults).
+    pub fn is_gemma(self) -> bool {
+        matches!(self, Self::Gemma3 | Self::GemmaEmbedding)
     }
 
     pub fn gguf_name(self) -> &'static str {
@@ -31,6 +39,7 @@ impl Arch {
             Self::Qwen3 => "qwen3",
             Self::Gemma3 => "gemma3",
             Self::Bert => "bert",
+            Self::GemmaEmbedding => "gemma-embedding",
         }
     }
 }
@@ -65,6 +74,16 @@ pub struct HfConfig {
     pub bos_token_id: Option<serde_json::Value>,
     pub eos_token_id: Option<serde_json::Value>,
     pub text_config: Option<Box<serde_json::Value>>,
+    /// Gemma 3: every layer attends both ways (EmbeddingGemma).
+    pub use_bidirectional_attention: Option<bool>,
+    /// Gemma 3: q·k is scaled by `query_pre_attn_scalar^-0.5`.
+    pub query_pre_attn_scalar: Option<f64>,
+    /// Gemma 3: `sliding_attention` or `full_attention` per layer.
+    pub layer_types: Option<Vec<String>>,
+    /// Gemma 3: the RoPE base of the sliding layers.
+    pub rope_local_base_freq: Option<f32>,
+    pub hidden_activation: Option<String>,
+    pub attn_logit_softcapping: Option<f64>,
 }
 
 fn default_context() -> usize {
@@ -108,6 +127,17 @@ impl HfConfig {
                 Arch::Gemma3
             }
             "BertModel" | "bert" => Arch::Bert,
+            // The bare text model has no LM head: pagoda runs it only as EmbeddingGemma's
+            // encoder.
+            "Gemma3TextModel" if self.use_bidirectional_attention == Some(true) => {
+                Arch::GemmaEmbedding
+            }
+            "Gemma3TextModel" => {
+                return Err(HfError::UnsupportedArchitecture(
+                    "Gemma3TextModel without use_bidirectional_attention (a decoder without its LM head)"
+                        .to_owned(),
+                ));
+            }
             other => return Err(HfError::UnsupportedArchitecture(other.to_owned())),
         })
     }
@@ -124,7 +154,7 @@ impl HfConfig {
     /// Whether the LM head is the token embedding (transformers' default is tied for Gemma,
     /// untied for Llama and Qwen; Qwen3's small models set it explicitly).
     pub fn tied(&self, arch: Arch) -> bool {
-        self.tie_word_embeddings.unwrap_or(arch == Arch::Gemma3)
+        self.tie_word_embeddings.unwrap_or(arch.is_gemma())
     }
 
     /// The window the model's attention really uses: Gemma 3's local layers, every layer of a
@@ -166,6 +196,67 @@ impl HfConfig {
                     "rope_scaling of type {kind} is not supported"
                 )));
             }
+        }
+        if self.arch()?.is_gemma() {
+            self.check_gemma()?;
+        }
+        Ok(())
+    }
+
+    /// Gemma 3's keys that pagoda does not read but assumes (llama.cpp hard-codes them): a
+    /// checkpoint that sets them otherwise would run wrong, so it is refused.
+    fn check_gemma(&self) -> Result<(), HfError> {
+        let head_dim = self.head_dim();
+        if let Some(q) = self.query_pre_attn_scalar
+            && q != head_dim as f64
+        {
+            return Err(HfError::Config(format!(
+                "query_pre_attn_scalar {q} != head_dim {head_dim} (pagoda scales q·k by head_dim^-0.5)"
+            )));
+        }
+        if let Some(b) = self.rope_local_base_freq
+            && b != 10_000.0
+        {
+            return Err(HfError::Config(format!(
+                "rope_local_base_freq {b} (pagoda's Gemma 3 sliding layers use 10000)"
+            )));
+        }
+        if let Some(a) = &self.hidden_activation
+            && a != "gelu_pytorch_tanh"
+        {
+            return Err(HfError::Config(format!(
+                "hidden_activation {a} (pagoda's Gemma 3 uses gelu_pytorch_tanh)"
+            )));
+        }
+        if self.attn_logit_softcapping.is_some() {
+            return Err(HfError::Config(
+                "attn_logit_softcapping is not supported".to_owned(),
+            ));
+        }
+        if let Some(types) = &self.layer_types {
+            if types.len() != self.num_hidden_layers {
+                return Err(HfError::Config(format!(
+                    "layer_types has {} entries for {} layers",
+                    types.len(),
+                    self.num_hidden_layers
+                )));
+            }
+            // llama.cpp's set_swa_pattern(6): every sixth layer is global.
+            for (il, t) in types.iter().enumerate() {
+                let want = if il % 6 == 5 {
+                    "full_attention"
+                } else {
+                    "sliding_attention"
+                };
+                if t != want {
+                    return Err(HfError::Config(format!(
+                        "layer_types[{il}] is {t}: pagoda's Gemma 3 layers slide but every sixth"
+                    )));
+                }
+            }
+        }
+        if self.sliding_window.is_none() {
+            return Err(HfError::Config("Gemma 3 needs sliding_window".to_owned()));
         }
         Ok(())
     }

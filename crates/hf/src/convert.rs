@@ -26,12 +26,16 @@ pub fn convert(dir: &Path, quantization: Quantization) -> Result<GgufFile, HfErr
     add_tensors(&mut out, &ckpt, arch, quantization)?;
     if arch.is_encoder() {
         // Encoders tokenize with tokenizer.json itself (WordPiece), not GGUF tokenizer keys.
+        // EmbeddingGemma's config.json does not list its Matryoshka lengths; its model card
+        // does (768 cut to 512, 256 or 128, then re-normalised).
+        let matryoshka = (arch == Arch::GemmaEmbedding).then_some(&[768, 512, 256, 128][..]);
         add_modules(
             &mut out,
             dir,
             arch.gguf_name(),
             cfg.max_position_embeddings,
             quantization,
+            matryoshka,
         )?;
         return Ok(out.finish());
     }
@@ -100,12 +104,12 @@ fn add_metadata(out: &mut GgufAssembly, cfg: &HfConfig, arch: Arch) {
     }
     let eps = cfg
         .rms_norm_eps
-        .unwrap_or(if arch == Arch::Gemma3 { 1e-6 } else { 1e-5 });
+        .unwrap_or(if arch.is_gemma() { 1e-6 } else { 1e-5 });
     out.kv(
         &format!("{a}.attention.layer_norm_rms_epsilon"),
         MetaValue::F32(eps),
     );
-    let theta = cfg.rope_theta.unwrap_or(if arch == Arch::Gemma3 {
+    let theta = cfg.rope_theta.unwrap_or(if arch.is_gemma() {
         1_000_000.0
     } else {
         10_000.0
@@ -113,6 +117,12 @@ fn add_metadata(out: &mut GgufAssembly, cfg: &HfConfig, arch: Arch) {
     out.kv(&format!("{a}.rope.freq_base"), MetaValue::F32(theta));
     if let Some(w) = cfg.effective_sliding_window(arch) {
         out.kv(&format!("{a}.attention.sliding_window"), u32v(w));
+    }
+    if arch == Arch::GemmaEmbedding {
+        // The encoder tokenizes with tokenizer.json, so the file carries only the vocabulary's
+        // size, and says its attention is bidirectional.
+        out.kv(&format!("{a}.attention.causal"), MetaValue::Bool(false));
+        out.kv(&format!("{a}.vocab_size"), u32v(cfg.vocab_size));
     }
     if let Some(id) = first_id(&cfg.bos_token_id) {
         out.kv("tokenizer.ggml.bos_token_id", MetaValue::U32(id));

@@ -61,12 +61,14 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, HfError> 
 
 /// Adds the modules of the sentence-transformers directory `dir` (mean pooling and no
 /// normalization when it has no `modules.json`, as transformers' plain models are used).
+/// `matryoshka_default` is the architecture's lengths when config.json lists none.
 pub fn add_modules(
     out: &mut GgufAssembly,
     dir: &Path,
     arch: &str,
     max_positions: usize,
     quantization: Quantization,
+    matryoshka_default: Option<&[u32]>,
 ) -> Result<(), HfError> {
     let mut pooling = POOLING_MEAN;
     let mut normalize = false;
@@ -159,12 +161,16 @@ pub fn add_modules(
     // Matryoshka models list the lengths they were trained to be cut to (vLLM reads the same
     // key from config.json).
     let config: serde_json::Value = read_json(&dir.join("config.json"))?;
-    if let Some(dims) = config["matryoshka_dimensions"].as_array() {
-        let dims: Vec<u32> = dims
-            .iter()
-            .filter_map(|d| d.as_u64())
-            .map(|d| d as u32)
-            .collect();
+    let dims: Option<Vec<u32>> = match config["matryoshka_dimensions"].as_array() {
+        Some(dims) => Some(
+            dims.iter()
+                .filter_map(|d| d.as_u64())
+                .map(|d| d as u32)
+                .collect(),
+        ),
+        None => matryoshka_default.map(<[u32]>::to_vec),
+    };
+    if let Some(dims) = dims {
         out.kv(
             "pagoda.embedding.matryoshka_dimensions",
             MetaValue::Array(pagoda_gguf::MetaArray::U32(dims)),

@@ -28,6 +28,12 @@ pub fn gguf_name(
     if arch == Arch::Bert {
         return bert_name(name).map(|n| (n, Transform::None));
     }
+    // EmbeddingGemma's tensors are Gemma 3's.
+    let arch = if arch == Arch::GemmaEmbedding {
+        Arch::Gemma3
+    } else {
+        arch
+    };
     let name = ["language_model.model.", "language_model.", "model."]
         .iter()
         .find_map(|p| name.strip_prefix(p))

@@ -2,13 +2,14 @@
 //! mixed batches (decode, whole prefill, chunks starting mid-sequence), GQA ratios 1/3/4,
 //! head_dim 64 and 256, with and without a sliding window, on every SIMD level; and bitwise
 //! agreement across block sizes, between f16 (or int8) arenas and f32 arenas holding the same
-//! values, and of a request alone and in a busy batch (f32 and int8).
+//! values, and of a request alone and in a busy batch (f32 and int8); the bidirectional mask
+//! (encoders) against the same reference, with and without a window.
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
 use half::f16;
 use pagoda_kernels::attention::{
-    AttnBatch, KvElement, KvLayout, KvScales, KvScalesMut, dequantize_rows, paged_attention,
-    paged_attention_with, quantize_row, write_kv,
+    AttnBatch, KvElement, KvLayout, KvScales, KvScalesMut, Mask, dequantize_rows, paged_attention,
+    paged_attention_masked_with, paged_attention_with, quantize_row, write_kv,
 };
 use pagoda_kernels::cpu::available_levels;
 use rand::rngs::StdRng;
@@ -39,6 +40,18 @@ fn dense_attention(
     scale: f32,
     window: Option<u32>,
 ) -> Vec<f32> {
+    dense_attention_masked(r, n_heads, nkv, hd, scale, Mask::Causal { window })
+}
+
+/// [`dense_attention`] with the keys each query sees chosen by `mask`.
+fn dense_attention_masked(
+    r: &Request,
+    n_heads: usize,
+    nkv: usize,
+    hd: usize,
+    scale: f32,
+    mask: Mask,
+) -> Vec<f32> {
     let group = n_heads / nkv;
     let mut out = vec![0.0f32; r.q_len * n_heads * hd];
     for i in 0..r.q_len {
@@ -46,9 +59,14 @@ fn dense_attention(
         for h in 0..n_heads {
             let g = h / group;
             let q = &r.q[(i * n_heads + h) * hd..][..hd];
-            let keys: Vec<usize> = (0..=p)
-                .filter(|&pk| window.is_none_or(|w| p - pk < w as usize))
-                .collect();
+            let keys: Vec<usize> = match mask {
+                Mask::Causal { window } => (0..=p)
+                    .filter(|&pk| window.is_none_or(|w| p - pk < w as usize))
+                    .collect(),
+                Mask::Bidirectional { window } => (0..r.seq_len)
+                    .filter(|&pk| window.is_none_or(|w| p.abs_diff(pk) < w as usize))
+                    .collect(),
+            };
             let scores: Vec<f64> = keys
                 .iter()
                 .map(|&pk| {
@@ -86,6 +104,17 @@ struct Case {
 }
 
 fn run_case(case: &Case, seed: u64) {
+    run_case_masked(
+        case,
+        Mask::Causal {
+            window: case.window,
+        },
+        seed,
+    );
+}
+
+/// [`run_case`] with `mask` in place of the case's causal window.
+fn run_case_masked(case: &Case, mask: Mask, seed: u64) {
     let mut rng = StdRng::seed_from_u64(seed);
     let Case {
         n_heads,
@@ -171,7 +200,7 @@ fn run_case(case: &Case, seed: u64) {
     let q: Vec<f32> = requests.iter().flat_map(|r| r.q.iter().copied()).collect();
     let want: Vec<f32> = requests
         .iter()
-        .flat_map(|r| dense_attention(r, n_heads, nkv, hd, scale, window))
+        .flat_map(|r| dense_attention_masked(r, n_heads, nkv, hd, scale, mask))
         .collect();
     let batch = AttnBatch {
         query_start_loc: &query_start_loc,
@@ -182,7 +211,7 @@ fn run_case(case: &Case, seed: u64) {
 
     for level in available_levels() {
         let mut out = vec![f32::NAN; q.len()];
-        paged_attention_with(
+        paged_attention_masked_with(
             level,
             &layout,
             &k_cache,
@@ -192,15 +221,18 @@ fn run_case(case: &Case, seed: u64) {
             &q,
             n_heads,
             scale,
-            window,
+            mask,
             &mut out,
         );
         for (i, (&g, &w)) in out.iter().zip(&want).enumerate() {
             assert!(
                 (g - w).abs() <= 2e-5 + 1e-4 * w.abs(),
-                "{level:?} heads {n_heads}/{nkv} hd {hd} bs {bs} window {window:?}: out[{i}] = {g}, want {w}"
+                "{level:?} heads {n_heads}/{nkv} hd {hd} bs {bs} {mask:?}: out[{i}] = {g}, want {w}"
             );
         }
+    }
+    if !matches!(mask, Mask::Causal { .. }) {
+        return;
     }
     let mut out = vec![0.0; q.len()];
     paged_attention(
@@ -244,6 +276,26 @@ fn matches_dense_for_gqa_1_3_4_and_head_dims_64_256() {
                 window,
             };
             run_case(&case, seed as u64);
+        }
+    }
+}
+
+/// Encoders: every query of a whole sequence sees keys on both sides, within `|p - p'| < W`
+/// when windowed (EmbeddingGemma's sliding layers: W = 257), across parts and blocks.
+#[test]
+fn bidirectional_matches_dense_with_and_without_a_window() {
+    for (n_heads, nkv, hd, bs) in [(3, 1, 256, 16), (4, 4, 64, 16), (6, 2, 64, 5)] {
+        for window in [None, Some(20), Some(257)] {
+            let case = Case {
+                n_heads,
+                nkv,
+                hd,
+                block_size: bs,
+                shapes: vec![(1, 1), (37, 37), (300, 300), (129, 129)],
+                window,
+            };
+            let seed = 7 + hd as u64 + window.unwrap_or(0) as u64;
+            run_case_masked(&case, Mask::Bidirectional { window }, seed);
         }
     }
 }

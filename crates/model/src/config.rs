@@ -26,7 +26,9 @@ impl Architecture {
             "llama" => Ok(Self::Llama),
             "qwen2" => Ok(Self::Qwen2),
             "qwen3" => Ok(Self::Qwen3),
-            "gemma3" => Ok(Self::Gemma3),
+            // EmbeddingGemma (llama.cpp's name): Gemma 3's layers, read as an encoder
+            // (`attention.causal` false, a symmetric window).
+            "gemma3" | "gemma-embedding" => Ok(Self::Gemma3),
             other => Err(ModelError::UnsupportedArchitecture(other.to_string())),
         }
     }
@@ -137,6 +139,9 @@ pub struct ModelConfig {
     pub eog_token_ids: Vec<u32>,
     /// What the KV cache stores (not in the file: a run-time choice, f16 by default).
     pub kv_cache_dtype: KvCacheDtype,
+    /// Whether a token attends only to earlier ones (`{arch}.attention.causal`, default true);
+    /// false for encoders, which [`crate::Encoder`] runs and `Model` refuses.
+    pub causal: bool,
 }
 
 impl ModelConfig {
@@ -144,8 +149,11 @@ impl ModelConfig {
     pub fn from_gguf(file: &GgufFile) -> Result<Self, ModelError> {
         let arch_name = require_str(file, "general.architecture")?;
         let architecture = Architecture::from_name(&arch_name)?;
-        let a = architecture.name();
+        // Keys are under the file's own architecture name (`gemma-embedding.*` for Gemma 3's
+        // layers as an encoder).
+        let a = arch_name.as_str();
         let key = |k: &str| format!("{a}.{k}");
+        let causal = file.get_bool(&key("attention.causal"))?.unwrap_or(true);
 
         let d_model = require_usize(file, &key("embedding_length"))?;
         let n_layers = require_usize(file, &key("block_count"))?;
@@ -192,17 +200,25 @@ impl ModelConfig {
         let rope_base = file.get_f32(&key("rope.freq_base"))?.unwrap_or(10_000.0);
 
         let tokens_key = "tokenizer.ggml.tokens";
-        let tokens = file
-            .get_str_array(tokens_key)?
-            .ok_or_else(|| ModelError::MissingKey(tokens_key.to_string()))?;
+        // An encoder converted from a checkpoint tokenizes with its tokenizer.json, so its file
+        // may carry only the vocabulary's size.
+        let tokens = match file.get_str_array(tokens_key)? {
+            Some(t) => t,
+            None if !causal => &[][..],
+            None => return Err(ModelError::MissingKey(tokens_key.to_string())),
+        };
         let vocab_size = match opt_usize(file, &key("vocab_size"))? {
-            Some(v) if v != tokens.len() => {
+            Some(v) if v != tokens.len() && !tokens.is_empty() => {
                 return Err(bad(
                     &key("vocab_size"),
                     format!("{v} != {} tokens", tokens.len()),
                 ));
             }
-            _ => tokens.len(),
+            Some(v) => v,
+            None if tokens.is_empty() => {
+                return Err(ModelError::MissingKey(key("vocab_size")));
+            }
+            None => tokens.len(),
         };
         let token_id = |k: &str| -> Result<Option<u32>, ModelError> {
             match file.get_u32(k)? {
@@ -248,6 +264,7 @@ impl ModelConfig {
             eos_token_id,
             eog_token_ids,
             kv_cache_dtype: KvCacheDtype::default(),
+            causal,
         };
         if architecture != Architecture::Gemma3 {
             // Mistral's GGUF files are llama ones; where one declares a window (Mistral 7B

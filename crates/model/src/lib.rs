@@ -28,7 +28,7 @@ pub mod weights;
 pub use batch::{ForwardBatch, Logits, SeqChunk};
 pub use config::{Architecture, KvCacheDtype, ModelConfig};
 pub use draft::DraftProposer;
-pub use encoder::{Encoder, EncoderConfig, Pooling};
+pub use encoder::{Encoder, EncoderConfig, EncoderScratch, Pooling};
 pub use engine_setup::{EngineSetup, KvReport, build_engine, build_engine_with_draft};
 pub use error::ModelError;
 pub use executor::CpuExecutor;

@@ -7,15 +7,14 @@
 
 mod common;
 
-use std::io::Write;
+use common::cosine;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 use pagoda_frontend::HfTokenizer;
 use pagoda_hf::Quantization;
-use pagoda_kernels::matmul::MatmulScratch;
-use pagoda_model::Encoder;
+use pagoda_model::{Encoder, EncoderScratch};
 
 const SENTENCES: [&str; 12] = [
     "A man is playing a guitar.",
@@ -34,18 +33,7 @@ const SENTENCES: [&str; 12] = [
 
 /// The checkpoint directory, fetched if missing.
 fn minilm() -> PathBuf {
-    let dir = common::model_dir().join("all-MiniLM-L6-v2");
-    if !dir.join("model.safetensors").is_file() {
-        let script =
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/fetch-models.sh");
-        let status = Command::new("bash")
-            .arg(script)
-            .arg("minilm")
-            .status()
-            .unwrap();
-        assert!(status.success(), "scripts/fetch-models.sh minilm failed");
-    }
-    dir
+    common::fetched_dir("minilm", "all-MiniLM-L6-v2")
 }
 
 fn encoder(dir: &Path, q: Quantization) -> Encoder {
@@ -53,32 +41,8 @@ fn encoder(dir: &Path, q: Quantization) -> Encoder {
 }
 
 fn reference(dir: &Path, ids: &[Vec<u32>]) -> Vec<Vec<f64>> {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/bert_reference.py");
-    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_owned());
-    let mut child = Command::new(python)
-        .arg(script)
-        .arg(dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let input = serde_json::to_vec(ids).unwrap();
-    child.stdin.take().unwrap().write_all(&input).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "bert_reference.py: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
-fn cosine(a: &[f32], b: &[f64]) -> f64 {
-    let dot: f64 = a.iter().zip(b).map(|(&x, &y)| x as f64 * y).sum();
-    let na: f64 = a.iter().map(|&x| (x as f64).powi(2)).sum::<f64>().sqrt();
-    let nb: f64 = b.iter().map(|y| y * y).sum::<f64>().sqrt();
-    dot / (na * nb)
+    let v = common::python_reference("bert_reference.py", dir, &serde_json::json!(ids));
+    serde_json::from_value(v).unwrap()
 }
 
 fn dot(a: &[f32], b: &[f32]) -> f32 {
@@ -97,7 +61,7 @@ fn minilm_matches_a_numpy_forward_pass() {
     let exact = encoder(&dir, Quantization::None);
     assert_eq!(exact.config().output_dim, 384);
     let seqs: Vec<&[u32]> = ids.iter().map(Vec::as_slice).collect();
-    let mut scratch = MatmulScratch::default();
+    let mut scratch = EncoderScratch::default();
     let batch = exact.embed(&seqs, &mut scratch).unwrap();
     let worst = batch
         .iter()

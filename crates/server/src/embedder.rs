@@ -9,8 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 
 use pagoda_frontend::HfTokenizer;
-use pagoda_model::Encoder;
-use pagoda_model::encoder::MatmulScratch;
+use pagoda_model::{Encoder, EncoderScratch};
 use tokio::sync::oneshot;
 
 use crate::model_loader::LoadError;
@@ -59,15 +58,6 @@ impl Embedder {
             message,
         };
         let file = pagoda_hf::convert(dir, quantization).map_err(|e| open_err(e.to_string()))?;
-        let matryoshka = file
-            .get_array("pagoda.embedding.matryoshka_dimensions")
-            .ok()
-            .flatten()
-            .map(|a| match a {
-                pagoda_gguf::MetaArray::U32(v) => v.iter().map(|&d| d as usize).collect(),
-                _ => Vec::new(),
-            })
-            .unwrap_or_default();
         let encoder = Encoder::load(Arc::new(file)).map_err(|e| LoadError::Model(e.to_string()))?;
         let tokenizer = HfTokenizer::from_file(&dir.join("tokenizer.json"))
             .map_err(|e| LoadError::Tokenizer(e.to_string()))?;
@@ -83,7 +73,7 @@ impl Embedder {
             tokenizer,
             max_seq_len: c.max_seq_len,
             dim: c.output_dim,
-            matryoshka,
+            matryoshka: c.matryoshka_dimensions,
             normalize: c.normalize,
             vocab_size: c.vocab_size,
             stats,
@@ -106,7 +96,7 @@ impl Embedder {
 /// The batcher: waits for a job, takes every job already waiting (up to the token budget),
 /// runs them as one forward pass and answers each.
 fn run(encoder: Encoder, rx: mpsc::Receiver<Job>, stats: &EmbedderStats) {
-    let mut scratch = MatmulScratch::default();
+    let mut scratch = EncoderScratch::default();
     let mut pending: Option<Job> = None;
     loop {
         let first = match pending.take() {

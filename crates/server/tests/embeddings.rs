@@ -14,18 +14,7 @@ use pagoda_server::ServerConfig;
 use serde_json::{Value, json};
 
 fn minilm() -> PathBuf {
-    let dir = common::model_dir().join("all-MiniLM-L6-v2");
-    if !dir.join("model.safetensors").is_file() {
-        let script =
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/fetch-models.sh");
-        let status = Command::new("bash")
-            .arg(script)
-            .arg("minilm")
-            .status()
-            .unwrap();
-        assert!(status.success(), "scripts/fetch-models.sh minilm failed");
-    }
-    dir
+    common::fetched_dir("minilm", "all-MiniLM-L6-v2")
 }
 
 async fn post(server: &TestServer, path: &str, body: Value) -> (u16, Value) {

@@ -26,6 +26,8 @@ pub(super) struct Job<'a, T> {
     pub(super) chunk_q: usize,
     pub(super) scale: f32,
     pub(super) window: Option<usize>,
+    /// Keys after the query's own position are masked (else only the window bounds them).
+    pub(super) causal: bool,
     pub(super) avx2: bool,
     /// Tiles are widened with the element type's SIMD conversion (F16C, AVX2 for int8).
     pub(super) simd_widen: bool,
@@ -85,18 +87,18 @@ struct Span {
     /// Queries in the item and their state rows (`nq * group`).
     nq: usize,
     rows: usize,
-    /// Positions of the first and last query.
+    /// Position of the first query.
     first_pos: usize,
-    last_pos: usize,
-    /// First key any query of the item sees.
+    /// First and last key any query of the item sees.
     key_lo: usize,
+    key_hi: usize,
 }
 
 impl Span {
     /// Parts (absolute: part `j` holds keys `j * PART_TILES * KEY_TILE..`) the item's keys touch.
     fn parts(&self) -> std::ops::Range<usize> {
         let part_keys = PART_TILES * KEY_TILE;
-        self.key_lo / part_keys..self.last_pos / part_keys + 1
+        self.key_lo / part_keys..self.key_hi / part_keys + 1
     }
 }
 
@@ -140,6 +142,7 @@ impl<T: KvElement> Job<'_, T> {
         let i0 = c * self.chunk_q;
         let nq = self.chunk_q.min(q_len - i0);
         let first_pos = seq_len - q_len + i0;
+        let last_pos = first_pos + nq - 1;
         Span {
             s,
             g,
@@ -147,14 +150,22 @@ impl<T: KvElement> Job<'_, T> {
             nq,
             rows: nq * self.group,
             first_pos,
-            last_pos: first_pos + nq - 1,
             key_lo: self.window_start(first_pos),
+            key_hi: self.window_end(last_pos, seq_len) - 1,
         }
     }
 
     /// First key query position `p` sees.
     fn window_start(&self, p: usize) -> usize {
         self.window.map_or(0, |w| (p + 1).saturating_sub(w))
+    }
+
+    /// One past the last key query position `p` of a `seq_len`-key request sees.
+    fn window_end(&self, p: usize, seq_len: usize) -> usize {
+        if self.causal {
+            return p + 1;
+        }
+        self.window.map_or(seq_len, |w| (p + w).min(seq_len))
     }
 
     /// Widens the `dst.len() / head_dim` K and V rows starting at element `at` into f32.
@@ -291,15 +302,16 @@ impl<T: KvElement> Job<'_, T> {
             ..
         } = sc;
 
-        let (key_lo, last_pos) = (span.key_lo, span.last_pos);
+        let (key_lo, key_hi) = (span.key_lo, span.key_hi);
+        let seq_len = self.batch.seq_lens[span.s] as usize;
         let table = &self.batch.block_tables[span.s * self.batch.max_blocks_per_seq..];
         let tiles = (part * PART_TILES).max(key_lo / KEY_TILE)
-            ..((part + 1) * PART_TILES).min(last_pos / KEY_TILE + 1);
+            ..((part + 1) * PART_TILES).min(key_hi / KEY_TILE + 1);
         let tiles_end = tiles.end;
         for tile in tiles {
             // Keys this item needs from the tile: [t_lo, t_hi).
             let t_lo = (tile * KEY_TILE).max(key_lo);
-            let t_hi = ((tile + 1) * KEY_TILE).min(last_pos + 1);
+            let t_hi = ((tile + 1) * KEY_TILE).min(key_hi + 1);
             let n = (t_hi - t_lo) * hd;
             let in_block = t_lo / bs == (t_hi - 1) / bs;
             let base = ((table[t_lo / bs] as usize * nkv + span.g) * bs + t_lo % bs) * hd;
@@ -308,7 +320,7 @@ impl<T: KvElement> Job<'_, T> {
             #[cfg(target_arch = "x86_64")]
             if tile + 1 < tiles_end {
                 let next = (tile + 1) * KEY_TILE;
-                let len = (KEY_TILE.min(last_pos + 1 - next)).min(bs - next % bs) * hd;
+                let len = (KEY_TILE.min(key_hi + 1 - next)).min(bs - next % bs) * hd;
                 let at = ((table[next / bs] as usize * nkv + span.g) * bs + next % bs) * hd;
                 let bytes = len * std::mem::size_of::<T>();
                 avx2::prefetch(self.k_cache[at..].as_ptr().cast(), bytes);
@@ -334,7 +346,7 @@ impl<T: KvElement> Job<'_, T> {
             for qi in 0..span.nq {
                 let p = span.first_pos + qi;
                 let lo = self.window_start(p).max(t_lo);
-                let hi = (p + 1).min(t_hi);
+                let hi = self.window_end(p, seq_len).min(t_hi);
                 if lo >= hi {
                     continue;
                 }

@@ -10,7 +10,9 @@
 //! `[num_blocks][num_kv_heads][block_size]`: the scale of the row at element index `i` is
 //! `scales[i / head_dim]`, so a block's values and scales are both a function of its id.
 //! Query `i` of request `s` sits at `p = seq_len - q_len + i` and sees keys `p' <= p` (and with a
-//! sliding window `W`, only `p - p' < W`: llama.cpp's gemma3 SWA mask).
+//! sliding window `W`, only `p - p' < W`: llama.cpp's gemma3 SWA mask). With
+//! [`Mask::Bidirectional`] (encoders, whose whole sequence is the step's queries) it sees every
+//! key of its sequence, and with a window only `|p - p'| < W`.
 //!
 //! Work item = (request, kv head, chunk of queries). An item keeps one online-softmax state
 //! (running max `m`, sum `l`, accumulator) per (query, head-of-the-group) row and walks the
@@ -298,6 +300,25 @@ pub fn write_kv<T: KvElement>(
     }
 }
 
+/// Which keys a query at position `p` sees.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mask {
+    /// Keys `p' <= p`; with a window `W`, only `p - p' < W` (llama.cpp's gemma3 SWA mask).
+    Causal { window: Option<u32> },
+    /// Every key of the sequence; with a window `W`, only `|p - p'| < W` (transformers'
+    /// `_bidirectional_window_overlay` for EmbeddingGemma). Meant for requests whose queries
+    /// are their whole sequence: keys past `seq_len` do not exist, so none are seen.
+    Bidirectional { window: Option<u32> },
+}
+
+impl Mask {
+    fn window(self) -> Option<u32> {
+        match self {
+            Self::Causal { window } | Self::Bidirectional { window } => window,
+        }
+    }
+}
+
 /// Causal paged attention: `out = softmax(q k^T * scale + mask) v` per request and head.
 /// `q`, `out`: `[T][n_heads * head_dim]`; query head `h` reads kv head `h / (n_heads / num_kv_heads)`.
 #[allow(clippy::too_many_arguments)] // the signature is the model<->kernel contract
@@ -341,6 +362,58 @@ pub fn paged_attention_with<T: KvElement>(
     n_heads: usize,
     scale: f32,
     sliding_window: Option<u32>,
+    out: &mut [f32],
+) {
+    let mask = Mask::Causal {
+        window: sliding_window,
+    };
+    paged_attention_masked_with(
+        level, layout, k_cache, v_cache, scales, batch, q, n_heads, scale, mask, out,
+    );
+}
+
+/// [`paged_attention`] with the keys each query sees chosen by `mask`.
+#[allow(clippy::too_many_arguments)]
+pub fn paged_attention_masked<T: KvElement>(
+    layout: &KvLayout,
+    k_cache: &[T],
+    v_cache: &[T],
+    scales: KvScales<'_>,
+    batch: &AttnBatch,
+    q: &[f32],
+    n_heads: usize,
+    scale: f32,
+    mask: Mask,
+    out: &mut [f32],
+) {
+    paged_attention_masked_with(
+        simd_level(),
+        layout,
+        k_cache,
+        v_cache,
+        scales,
+        batch,
+        q,
+        n_heads,
+        scale,
+        mask,
+        out,
+    );
+}
+
+/// [`paged_attention_masked`] on an explicit SIMD level.
+#[allow(clippy::too_many_arguments)]
+pub fn paged_attention_masked_with<T: KvElement>(
+    level: SimdLevel,
+    layout: &KvLayout,
+    k_cache: &[T],
+    v_cache: &[T],
+    scales: KvScales<'_>,
+    batch: &AttnBatch,
+    q: &[f32],
+    n_heads: usize,
+    scale: f32,
+    mask: Mask,
     out: &mut [f32],
 ) {
     let (nkv, hd) = (layout.num_kv_heads, layout.head_dim);
@@ -418,7 +491,8 @@ pub fn paged_attention_with<T: KvElement>(
         group,
         chunk_q,
         scale,
-        window: sliding_window.map(|w| w as usize),
+        window: mask.window().map(|w| w as usize),
+        causal: matches!(mask, Mask::Causal { .. }),
         avx2: use_avx2(level) && hd.is_multiple_of(8),
         simd_widen: T::simd(level),
         tasks_per_item,

@@ -1,12 +1,219 @@
-//! Encoders for embeddings: a BERT stack (bidirectional attention, post-norm LayerNorm, erf
-//! GELU, absolute positions) and sentence-transformers' pooling, Dense projections and L2
-//! normalisation. An encoder keeps no KV cache: `embed` runs whole sequences, every linear
-//! layer once over all of their tokens, attention per sequence.
+//! Encoders for embeddings: a BERT stack (post-norm LayerNorm, erf GELU, absolute positions)
+//! and EmbeddingGemma's (Gemma 3's blocks, bidirectional), both attending bidirectionally
+//! through the paged-attention kernel, then sentence-transformers' pooling, Dense projections
+//! and L2 normalisation. An encoder keeps no KV cache: `embed` runs whole sequences, every
+//! linear layer once over all of their tokens.
 
+mod attention;
 mod bert;
+mod gemma;
 mod pooling;
 
-pub use bert::{Encoder, EncoderConfig};
-/// The matmul scratch [`Encoder::embed`] reuses across calls.
-pub use pagoda_kernels::matmul::MatmulScratch;
-pub use pooling::Pooling;
+use std::sync::Arc;
+
+use pagoda_gguf::{GgufFile, MetaArray};
+
+use crate::ModelError;
+use crate::models::ForwardScratch;
+use crate::weights::{Linear, Weights};
+use attention::SeqAttention;
+use bert::Bert;
+use gemma::Gemma;
+pub use pooling::{Pooling, l2_normalize, truncate_normalized};
+
+/// The shape and output options of an encoder.
+#[derive(Clone, Debug)]
+pub struct EncoderConfig {
+    pub vocab_size: usize,
+    pub d_model: usize,
+    pub n_layers: usize,
+    pub n_heads: usize,
+    pub ffn_dim: usize,
+    pub eps: f32,
+    /// Positions the model has (BERT's position embedding rows, Gemma's context length).
+    pub max_positions: usize,
+    /// Longest input in tokens (sentence-transformers' `max_seq_length`, at most
+    /// `max_positions`).
+    pub max_seq_len: usize,
+    pub pooling: Pooling,
+    pub normalize: bool,
+    /// Length of the output vectors (after the Dense projections).
+    pub output_dim: usize,
+    /// Lengths a vector may be cut to (a Matryoshka model's, the full one included); empty
+    /// when the model was not trained for it.
+    pub matryoshka_dimensions: Vec<usize>,
+}
+
+/// The transformer part of an encoder's shape, as its stack reads it.
+#[derive(Clone, Debug)]
+pub(crate) struct Shape {
+    pub(crate) vocab_size: usize,
+    pub(crate) d_model: usize,
+    pub(crate) n_layers: usize,
+    pub(crate) n_heads: usize,
+    pub(crate) ffn_dim: usize,
+    pub(crate) eps: f32,
+    pub(crate) max_positions: usize,
+}
+
+/// Buffers [`Encoder::embed`] reuses across calls (grown on demand).
+#[derive(Default)]
+pub struct EncoderScratch {
+    pub(crate) forward: ForwardScratch,
+    pub(crate) attention: SeqAttention,
+}
+
+enum Stack {
+    Bert(Bert),
+    Gemma(Gemma),
+}
+
+/// A loaded encoder; stateless, so one instance serves any number of batches (not at once:
+/// `embed` takes `&mut` scratch through its caller).
+pub struct Encoder {
+    config: EncoderConfig,
+    weights: Weights,
+    stack: Stack,
+    dense: Vec<Linear>,
+}
+
+pub(crate) fn key_usize(file: &GgufFile, key: &str) -> Result<usize, ModelError> {
+    file.get_usize(key)?
+        .ok_or_else(|| ModelError::MissingKey(key.to_owned()))
+}
+
+impl Encoder {
+    /// Loads a `bert` or `gemma-embedding` file with pagoda-hf's `pagoda.embedding.*` keys and
+    /// `dense.{i}` tensors (what it converts a sentence-transformers directory into).
+    pub fn load(file: Arc<GgufFile>) -> Result<Self, ModelError> {
+        let arch = file
+            .get_str("general.architecture")?
+            .unwrap_or_default()
+            .to_owned();
+        let weights = Weights::new(Arc::clone(&file));
+        let stack = match arch.as_str() {
+            "bert" => Stack::Bert(Bert::load(&weights)?),
+            "gemma-embedding" => Stack::Gemma(Gemma::load(&weights)?),
+            _ => return Err(ModelError::UnsupportedArchitecture(arch)),
+        };
+        let shape = match &stack {
+            Stack::Bert(b) => b.shape(),
+            Stack::Gemma(g) => g.shape(),
+        }
+        .clone();
+        let pooling =
+            Pooling::from_gguf(file.get_u32(&format!("{arch}.pooling_type"))?.unwrap_or(1))?;
+        let normalize = file
+            .get_bool("pagoda.embedding.normalize")?
+            .unwrap_or(false);
+        let max_seq_len = file
+            .get_usize("pagoda.embedding.max_seq_length")?
+            .unwrap_or(shape.max_positions)
+            .min(shape.max_positions);
+        let n_dense = file.get_usize("pagoda.embedding.dense_count")?.unwrap_or(0);
+        let mut dense = Vec::with_capacity(n_dense);
+        let mut dim = shape.d_model;
+        for i in 0..n_dense {
+            let name = format!("dense.{i}.weight");
+            let t = file
+                .tensor(&name)
+                .ok_or_else(|| ModelError::MissingTensor(name.clone()))?;
+            let rows = t.dims.get(1).copied().unwrap_or(0) as usize;
+            let bias = weights.has(&format!("dense.{i}.bias"));
+            dense.push(weights.packed(weights.linear(&format!("dense.{i}"), rows, dim, bias)?));
+            dim = rows;
+        }
+        let key = "pagoda.embedding.matryoshka_dimensions";
+        let matryoshka_dimensions = match file.get_array(key)? {
+            None => Vec::new(),
+            Some(MetaArray::U32(v)) => v.iter().map(|&d| d as usize).collect(),
+            Some(_) => {
+                return Err(ModelError::BadKey {
+                    key: key.into(),
+                    reason: "not an array of u32".into(),
+                });
+            }
+        };
+        if let Some(&bad) = matryoshka_dimensions.iter().find(|&&m| m == 0 || m > dim) {
+            return Err(ModelError::BadKey {
+                key: key.into(),
+                reason: format!("{bad} is not a length from 1 to the output's {dim}"),
+            });
+        }
+        Ok(Self {
+            config: EncoderConfig {
+                vocab_size: shape.vocab_size,
+                d_model: shape.d_model,
+                n_layers: shape.n_layers,
+                n_heads: shape.n_heads,
+                ffn_dim: shape.ffn_dim,
+                eps: shape.eps,
+                max_positions: shape.max_positions,
+                max_seq_len,
+                pooling,
+                normalize,
+                output_dim: dim,
+                matryoshka_dimensions,
+            },
+            weights,
+            stack,
+            dense,
+        })
+    }
+
+    pub fn config(&self) -> &EncoderConfig {
+        &self.config
+    }
+
+    /// One embedding per sequence, all sequences in one forward pass. Each sequence must be
+    /// non-empty, at most `max_seq_len` tokens, of ids in the vocabulary.
+    pub fn embed(
+        &self,
+        seqs: &[&[u32]],
+        scratch: &mut EncoderScratch,
+    ) -> Result<Vec<Vec<f32>>, ModelError> {
+        let c = &self.config;
+        for (i, s) in seqs.iter().enumerate() {
+            if s.is_empty() || s.len() > c.max_seq_len {
+                return Err(ModelError::InvalidBatch(format!(
+                    "sequence {i} has {} tokens (1 to {} allowed)",
+                    s.len(),
+                    c.max_seq_len
+                )));
+            }
+            if let Some(&t) = s.iter().find(|&&t| t as usize >= c.vocab_size) {
+                return Err(ModelError::InvalidBatch(format!(
+                    "token {t} outside the vocabulary of {}",
+                    c.vocab_size
+                )));
+            }
+        }
+        if seqs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let w = &self.weights;
+        let x = match &self.stack {
+            Stack::Bert(b) => b.forward(w, seqs, scratch),
+            Stack::Gemma(g) => g.forward(w, seqs, scratch),
+        };
+        // Pooled rows `[S][d]`, then each Dense over all of them at once.
+        let d = c.d_model;
+        let mut pooled = vec![0f32; seqs.len() * d];
+        let mut start = 0;
+        for (s, row) in seqs.iter().zip(pooled.chunks_exact_mut(d)) {
+            c.pooling.pool(&x[start * d..(start + s.len()) * d], d, row);
+            start += s.len();
+        }
+        let (n, mut dim) = (seqs.len(), d);
+        for l in &self.dense {
+            let mut y = vec![0f32; n * l.weight.rows];
+            w.forward(l, &pooled, n, &mut y, &mut scratch.forward.matmul);
+            (pooled, dim) = (y, l.weight.rows);
+        }
+        let mut out: Vec<Vec<f32>> = pooled.chunks_exact(dim).map(<[f32]>::to_vec).collect();
+        if c.normalize {
+            out.iter_mut().for_each(|v| l2_normalize(v));
+        }
+        Ok(out)
+    }
+}

@@ -64,3 +64,12 @@ pub fn l2_normalize(v: &mut [f32]) {
         *x = (*x as f64 / norm) as f32;
     }
 }
+
+/// A Matryoshka model's vector cut to its first `dim` values, re-normalised when the model's
+/// vectors are (sentence-transformers' `truncate_dim` then Normalize).
+pub fn truncate_normalized(v: &mut Vec<f32>, dim: usize, normalize: bool) {
+    v.truncate(dim);
+    if normalize {
+        l2_normalize(v);
+    }
+}

@@ -2,7 +2,9 @@
 //! attention and FFN, per-head RMSNorm on q and k, GeGLU (tanh GELU). The stored norm weights
 //! already include Gemma's `+1` (convert_hf_to_gguf adds it), so every norm is plain `x * w`.
 
-use super::{Activation, Attention, Ffn, ForwardScratch, Model, OutputRows, ensure, rows};
+use super::{
+    Activation, Attention, Ffn, ForwardScratch, Model, OutputRows, ensure, projections, rows,
+};
 use crate::config::ModelConfig;
 use crate::weights::Weights;
 use crate::{ForwardBatch, KvCache, ModelError};
@@ -43,20 +45,54 @@ impl Block {
         s: &mut ForwardScratch,
         keep: Option<&OutputRows>,
     ) {
-        let (d, eps, t) = (m.config.d_model, m.config.rms_eps, batch.num_tokens());
+        let (d, eps) = (m.config.d_model, m.config.rms_eps);
+        let attend = |a: &Attention, h: &[f32], out: &mut [f32], s: &mut ForwardScratch| {
+            m.attention(il, a, h, out, batch, kv, s, keep);
+        };
+        let ffn = |f: &Ffn, h: &[f32], t: usize, out: &mut [f32], s: &mut ForwardScratch| {
+            projections::ffn(
+                &m.weights,
+                &m.config,
+                il,
+                f,
+                Activation::GeluTanh,
+                h,
+                t,
+                out,
+                s,
+            );
+        };
+        self.sandwich(x, d, eps, batch.num_tokens(), s, keep, attend, ffn);
+    }
+
+    /// The block's graph over `t` rows of `x` with the attention and FFN it is handed (the
+    /// decoder's paged attention or an encoder's bidirectional one): the norms around them
+    /// and the residual adds. `attend` writes `keep.len()` rows when `keep` is given.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn sandwich(
+        &self,
+        x: &mut [f32],
+        d: usize,
+        eps: f32,
+        t: usize,
+        s: &mut ForwardScratch,
+        keep: Option<&OutputRows>,
+        mut attend: impl FnMut(&Attention, &[f32], &mut [f32], &mut ForwardScratch),
+        mut ffn: impl FnMut(&Ffn, &[f32], usize, &mut [f32], &mut ForwardScratch),
+    ) {
         let mut h = std::mem::take(&mut s.h);
         let mut out = std::mem::take(&mut s.out);
         let (hb, ob) = (ensure(&mut h, t * d), ensure(&mut out, t * d));
 
         rows::rms_norm_into(x, &self.attn_norm, eps, hb);
-        m.attention(il, &self.attn, hb, ob, batch, kv, s, keep);
+        attend(&self.attn, hb, ob, s);
         // Past the attention only the kept rows go on.
         let (t, x) = OutputRows::narrow(keep, x, d);
         let (hb, ob) = (&mut hb[..t * d], &mut ob[..t * d]);
         rows::add_normed(x, ob, &self.post_attention_norm, eps);
 
         rows::rms_norm_into(x, &self.ffn_norm, eps, hb);
-        m.ffn(il, &self.ffn, Activation::GeluTanh, hb, t, ob, s);
+        ffn(&self.ffn, hb, t, ob, s);
         rows::add_normed(x, ob, &self.post_ffw_norm, eps);
 
         s.h = h;

@@ -2,7 +2,9 @@
 //! head before RoPE): pre-norm attention and SwiGLU FFN, each added to the residual stream.
 //! Follows llama.cpp `llm_build_llama` / `llm_build_qwen2` / `llm_build_qwen3`.
 
-use super::{Activation, Attention, Ffn, ForwardScratch, Model, OutputRows, ensure, rows};
+use super::{
+    Activation, Attention, Ffn, ForwardScratch, Model, OutputRows, ensure, projections, rows,
+};
 use crate::config::{Architecture, ModelConfig};
 use crate::weights::Weights;
 use crate::{ForwardBatch, KvCache, ModelError};
@@ -52,7 +54,17 @@ impl Block {
         rows::add(x, ob, t);
 
         rows::rms_norm_into(x, &self.ffn_norm, eps, hb);
-        m.ffn(il, &self.ffn, Activation::Silu, hb, t, ob, s);
+        projections::ffn(
+            &m.weights,
+            &m.config,
+            il,
+            &self.ffn,
+            Activation::Silu,
+            hb,
+            t,
+            ob,
+            s,
+        );
         rows::add(x, ob, t);
 
         s.h = h;

@@ -2,10 +2,11 @@
 //! arena, gated FFN, embedding, LM head), and the forward pass over a flat batch. The per-block
 //! graphs live in `llama.rs` and `gemma3.rs`.
 
-mod gemma3;
+pub(crate) mod gemma3;
 mod llama;
 mod output_rows;
-mod rows;
+pub(crate) mod projections;
+pub(crate) mod rows;
 
 use std::sync::Arc;
 
@@ -17,7 +18,7 @@ use pagoda_kernels::parallel;
 
 use crate::config::{Architecture, KvCacheDtype, ModelConfig};
 use crate::kv_cache::Arenas;
-use crate::lora::{LoraAdapter, LoraRows, LoraTarget};
+use crate::lora::{LoraAdapter, LoraRows};
 use crate::pack_cache::{PackCache, PackCacheStatus, PackSession};
 use crate::weights::{Linear, Matrix, Weights};
 use crate::{ForwardBatch, KvCache, ModelError};
@@ -79,10 +80,10 @@ pub struct ForwardScratch {
     pub(crate) x: Vec<f32>,
     pub(crate) h: Vec<f32>,
     pub(crate) out: Vec<f32>,
-    q: Vec<f32>,
-    k: Vec<f32>,
-    v: Vec<f32>,
-    attn: Vec<f32>,
+    pub(crate) q: Vec<f32>,
+    pub(crate) k: Vec<f32>,
+    pub(crate) v: Vec<f32>,
+    pub(crate) attn: Vec<f32>,
     gate: Vec<f32>,
     up: Vec<f32>,
     selected: Vec<f32>,
@@ -91,7 +92,7 @@ pub struct ForwardScratch {
     stacked: Vec<f32>,
     /// RoPE angles of the batch's positions, `[t][pairs]` cos then sin, for the global and
     /// (Gemma 3) sliding-window bases: computed once per step, used by every layer.
-    rope_angles: [RopeAngles; 2],
+    pub(crate) rope_angles: [RopeAngles; 2],
     /// The last layer's surviving rows, when it can drop the others.
     output_rows: OutputRows,
     pub(crate) logits: Vec<f32>,
@@ -102,14 +103,14 @@ pub struct ForwardScratch {
 
 /// One RoPE base's angles for a batch: `cos` and `sin`, `[t][pairs]` each.
 #[derive(Default)]
-struct RopeAngles {
+pub(crate) struct RopeAngles {
     cos: Vec<f32>,
     sin: Vec<f32>,
 }
 
 impl RopeAngles {
     /// Fills the angles of `positions` (rows split over the pool for a prompt).
-    fn fill(&mut self, rope: &Rope, positions: &[u32]) {
+    pub(crate) fn fill(&mut self, rope: &Rope, positions: &[u32]) {
         let len = positions.len() * rope.pairs();
         let (cos, sin) = (ensure(&mut self.cos, len), ensure(&mut self.sin, len));
         if len == 0 {
@@ -125,7 +126,7 @@ impl RopeAngles {
     }
 }
 
-fn ensure(buf: &mut Vec<f32>, len: usize) -> &mut [f32] {
+pub(crate) fn ensure(buf: &mut Vec<f32>, len: usize) -> &mut [f32] {
     if buf.len() < len {
         buf.resize(len, 0.0);
     }
@@ -152,6 +153,13 @@ impl Model {
 
     fn load_with(file: Arc<GgufFile>, pack: PackSession) -> Result<Self, ModelError> {
         let config = ModelConfig::from_gguf(&file)?;
+        if !config.causal {
+            // An encoder has no LM head to generate with: it is served for embeddings.
+            return Err(ModelError::UnsupportedArchitecture(format!(
+                "{} with bidirectional attention (an encoder: pagoda serves it for embeddings)",
+                config.architecture.name()
+            )));
+        }
         let mut weights = Weights::with_pack_session(file, pack);
         let c = &config;
         let token_embd = weights.matrix("token_embd.weight", c.vocab_size, c.d_model)?;
@@ -320,45 +328,8 @@ impl Model {
         let c = &self.config;
         let t = batch.num_tokens();
         let (qd, kvd) = (c.q_dim(), c.kv_dim());
-        if let Some(qkv) = &a.qkv {
-            let (q, k) = (ensure(&mut s.q, t * qd), ensure(&mut s.k, t * kvd));
-            let v = ensure(&mut s.v, t * kvd);
-            let (outs, m, tmp) = (&mut [q, k, v], &mut s.matmul, &mut s.stacked);
-            self.weights.forward_split(qkv, h, t, outs, m, tmp);
-        } else {
-            let q = ensure(&mut s.q, t * qd);
-            self.weights.forward(&a.q, h, t, q, &mut s.matmul);
-            let k = ensure(&mut s.k, t * kvd);
-            self.weights.forward(&a.k, h, t, k, &mut s.matmul);
-            let v = ensure(&mut s.v, t * kvd);
-            self.weights.forward(&a.v, h, t, v, &mut s.matmul);
-        }
-        let h = &h[..t * c.d_model];
-        s.lora.add(il, LoraTarget::Q, h, &mut s.q[..t * qd], t);
-        s.lora.add(il, LoraTarget::K, h, &mut s.k[..t * kvd], t);
-        s.lora.add(il, LoraTarget::V, h, &mut s.v[..t * kvd], t);
+        projections::qkv(&self.weights, c, self.layer_rope(il), il, a, h, t, s);
         let swa = c.is_swa_layer(il);
-        let rope = self.layer_rope(il);
-        let angles = &s.rope_angles[usize::from(swa)];
-        let pairs = rope.pairs();
-        let (q, k) = (&mut s.q[..t * qd], &mut s.k[..t * kvd]);
-        // One pass per run of rows: the per-head norms, RoPE.
-        parallel::for_rows(t, [q, k], &|r, [q, k]| {
-            if let Some(w) = &a.q_norm {
-                ops::rms_norm_rows(q, w, c.rms_eps);
-            }
-            if let Some(w) = &a.k_norm {
-                ops::rms_norm_rows(k, w, c.rms_eps);
-            }
-            for (j, i) in r.enumerate() {
-                let (qj, kj) = (&mut q[j * qd..][..qd], &mut k[j * kvd..][..kvd]);
-                let (cos, sin) = (
-                    &angles.cos[i * pairs..][..pairs],
-                    &angles.sin[i * pairs..][..pairs],
-                );
-                rope.apply_qk_at(qj, c.n_heads, kj, c.n_kv_heads, cos, sin);
-            }
-        });
         let t_out = keep.map_or(t, |o| o.len());
         if let Some(o) = keep {
             o.compact(&mut s.q[..t * qd], qd);
@@ -442,46 +413,7 @@ impl Model {
                 attn,
             ),
         }
-        let out = &mut out[..t_out * c.d_model];
-        self.weights
-            .forward(&a.o, &s.attn[..t_out * qd], t_out, out, &mut s.matmul);
-        s.lora
-            .add(il, LoraTarget::O, &s.attn[..t_out * qd], out, t_out);
-    }
-
-    /// `out[t][d] = down(act(gate h) * up h)`.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn ffn(
-        &self,
-        il: usize,
-        f: &Ffn,
-        act: Activation,
-        h: &[f32],
-        t: usize,
-        out: &mut [f32],
-        s: &mut ForwardScratch,
-    ) {
-        let n = self.config.ffn_dim;
-        let gated = |g: &mut [f32], u: &[f32]| match act {
-            Activation::Silu => ops::silu_mul(g, u),
-            Activation::GeluTanh => ops::gelu_tanh_mul(g, u),
-        };
-        let (gate, up) = (ensure(&mut s.gate, t * n), ensure(&mut s.up, t * n));
-        if let Some(gate_up) = &f.gate_up {
-            let (outs, m, tmp) = (&mut [gate, up], &mut s.matmul, &mut s.stacked);
-            self.weights.forward_split(gate_up, h, t, outs, m, tmp);
-        } else {
-            self.weights.forward(&f.gate, h, t, gate, &mut s.matmul);
-            self.weights.forward(&f.up, h, t, up, &mut s.matmul);
-        }
-        let h = &h[..t * self.config.d_model];
-        s.lora.add(il, LoraTarget::Gate, h, &mut s.gate[..t * n], t);
-        s.lora.add(il, LoraTarget::Up, h, &mut s.up[..t * n], t);
-        rows::gated_rows(&mut s.gate[..t * n], &s.up[..t * n], n, &gated);
-        self.weights
-            .forward(&f.down, &s.gate[..t * n], t, out, &mut s.matmul);
-        let out = &mut out[..t * self.config.d_model];
-        s.lora.add(il, LoraTarget::Down, &s.gate[..t * n], out, t);
+        projections::output(&self.weights, c, il, a, t_out, out, s);
     }
 }
 

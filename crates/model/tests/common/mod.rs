@@ -2,7 +2,9 @@
 #![allow(clippy::unwrap_used)]
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 
 use pagoda_model::Model;
 
@@ -171,4 +173,52 @@ pub fn small_setup() -> EngineSetup {
         max_model_len: Some(2048),
         ..EngineSetup::default()
     }
+}
+
+/// The sentence-transformers directory `dir` of the model directory, fetched by
+/// `scripts/fetch-models.sh NAME` when missing (only the tests that need it fetch it).
+pub fn fetched_dir(name: &str, dir: &str) -> PathBuf {
+    let path = model_dir().join(dir);
+    if !path.join("model.safetensors").is_file() {
+        let script =
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/fetch-models.sh");
+        let status = Command::new("bash").arg(script).arg(name).status().unwrap();
+        assert!(status.success(), "scripts/fetch-models.sh {name} failed");
+    }
+    path
+}
+
+/// Runs the Python reference `tests/SCRIPT` on model directory `dir` with `input` as JSON on
+/// stdin (`$PYTHON`, default python3) and returns its JSON output.
+pub fn python_reference(script: &str, dir: &Path, input: &serde_json::Value) -> serde_json::Value {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join(script);
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_owned());
+    let mut child = Command::new(python)
+        .arg(&script)
+        .arg(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let input = serde_json::to_vec(input).unwrap();
+    child.stdin.take().unwrap().write_all(&input).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}: {}",
+        script.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Cosine of the angle between `a` and the reference `b`, in f64.
+pub fn cosine(a: &[f32], b: &[f64]) -> f64 {
+    let dot: f64 = a.iter().zip(b).map(|(&x, &y)| x as f64 * y).sum();
+    let na: f64 = a.iter().map(|&x| (x as f64).powi(2)).sum::<f64>().sqrt();
+    let nb: f64 = b.iter().map(|y| y * y).sum::<f64>().sqrt();
+    dot / (na * nb)
 }

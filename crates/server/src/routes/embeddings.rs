@@ -51,11 +51,7 @@ pub async fn embeddings(
         .enumerate()
         .map(|(i, mut v)| {
             if let Some(d) = prepared.dimensions {
-                v.truncate(d);
-                if embedder.normalize {
-                    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
-                    v.iter_mut().for_each(|x| *x /= norm);
-                }
+                pagoda_model::encoder::truncate_normalized(&mut v, d, embedder.normalize);
             }
             let embedding = if prepared.base64 {
                 let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();

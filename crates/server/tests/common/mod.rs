@@ -23,6 +23,23 @@ pub fn model_dir() -> PathBuf {
         })
 }
 
+/// The sentence-transformers directory `dir` of the model directory, fetched by
+/// `scripts/fetch-models.sh NAME` when missing (only the tests that need it fetch it).
+pub fn fetched_dir(name: &str, dir: &str) -> PathBuf {
+    let path = model_dir().join(dir);
+    if !path.join("model.safetensors").is_file() {
+        let script =
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/fetch-models.sh");
+        let status = std::process::Command::new("bash")
+            .arg(script)
+            .arg(name)
+            .status()
+            .unwrap();
+        assert!(status.success(), "scripts/fetch-models.sh {name} failed");
+    }
+    path
+}
+
 pub fn model_path() -> PathBuf {
     model_dir().join("SmolLM2-135M-Instruct.Q4_1.gguf")
 }
