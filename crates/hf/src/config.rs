@@ -157,12 +157,12 @@ impl HfConfig {
         self.tie_word_embeddings.unwrap_or(arch.is_gemma())
     }
 
-    /// The window the model's attention really uses: Gemma 3's local layers, every layer of a
-    /// Mistral that declares one (v0.1; later versions set it to null); never Qwen's (its
-    /// `use_sliding_window` is refused by [`HfConfig::check`]).
+    /// The window the model's attention really uses: Gemma 3's (and EmbeddingGemma's) local
+    /// layers, every layer of a Mistral that declares one (v0.1; later versions set it to
+    /// null); never Qwen's (its `use_sliding_window` is refused by [`HfConfig::check`]).
     pub fn effective_sliding_window(&self, arch: Arch) -> Option<usize> {
         match arch {
-            Arch::Gemma3 => self.sliding_window,
+            a if a.is_gemma() => self.sliding_window,
             Arch::Llama if self.use_sliding_window != Some(false) => self.sliding_window,
             _ => None,
         }
