@@ -9,6 +9,8 @@
 //! `... -- decode [STREAMS] [CONTEXT] [GENERATE]` (default 16, 2048, 32): prefills STREAMS
 //! prompts of CONTEXT tokens, then times the decode steps alone, freeing on and off in turn
 //! (on, off, on, off), and prints decode tokens/s of each run.
+//!
+//! `PAGODA_KV=int8` runs either with int8 KV instead of f16.
 #![allow(clippy::unwrap_used)]
 
 use std::path::PathBuf;
@@ -16,7 +18,7 @@ use std::time::Instant;
 
 use pagoda_core::kv::{ComputedBlocks, ExtraKeys, KvCacheManager};
 use pagoda_core::{EngineRequest, Request, SamplingParams, SchedulerConfig};
-use pagoda_model::{EngineSetup, Model, build_engine};
+use pagoda_model::{EngineSetup, KvCacheDtype, Model, build_engine};
 
 const GEMMA3: &str = "gemma-3-270m-q4_k_m.gguf";
 
@@ -29,6 +31,14 @@ fn model() -> Model {
     Model::open(&dir.join(GEMMA3)).unwrap()
 }
 
+/// `PAGODA_KV=int8` (or f32): the KV element type of every engine here [default: f16].
+fn kv_dtype() -> KvCacheDtype {
+    std::env::var("PAGODA_KV")
+        .ok()
+        .map(|v| v.parse().unwrap())
+        .unwrap_or_default()
+}
+
 fn setup(freeing: bool, budget: u64, max_model_len: usize, seqs: usize) -> EngineSetup {
     EngineSetup {
         scheduler: SchedulerConfig {
@@ -38,6 +48,7 @@ fn setup(freeing: bool, budget: u64, max_model_len: usize, seqs: usize) -> Engin
         kv_cache_memory: Some(budget),
         max_model_len: Some(max_model_len),
         sliding_window_freeing: freeing,
+        kv_cache_dtype: kv_dtype(),
         ..EngineSetup::default()
     }
 }
@@ -138,7 +149,8 @@ fn main() {
                 for freeing in [true, false] {
                     let tps = decode(freeing, streams, context, generate);
                     println!(
-                        "round {round} freeing {freeing}: {streams} streams x {context} context: decode {tps:.1} tok/s"
+                        "round {round} freeing {freeing} kv {:?}: {streams} streams x {context} context: decode {tps:.1} tok/s",
+                        kv_dtype()
                     );
                 }
             }
@@ -149,7 +161,8 @@ fn main() {
             let (on, blocks_on) = capacity(true, context, budget);
             let (off, blocks_off) = capacity(false, context, budget);
             println!(
-                "{context}-token sequences in {budget_mib} MiB: {on} with freeing ({blocks_on} blocks), {off} without ({blocks_off} blocks): {:.2}x",
+                "{:?} KV, {context}-token sequences in {budget_mib} MiB: {on} with freeing ({blocks_on} blocks), {off} without ({blocks_off} blocks): {:.2}x",
+                kv_dtype(),
                 on as f64 / off.max(1) as f64
             );
         }
