@@ -191,16 +191,15 @@ fn chat(system: &str, user: &str) -> Value {
            "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}]})
 }
 
+/// The `/metrics` text of a router or replica.
+async fn metrics(c: &reqwest::Client, base: &str) -> String {
+    let r = c.get(format!("{base}/metrics")).send().await.unwrap();
+    r.text().await.unwrap()
+}
+
 /// The value of the router's series `name{worker="url"}` (0 if absent).
 async fn router_gauge(c: &reqwest::Client, router: &str, name: &str, url: &str) -> u64 {
-    let m = c
-        .get(format!("{router}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let m = metrics(c, router).await;
     let key = format!("pagoda_router:{name}{{worker=\"{url}\"}} ");
     m.lines()
         .find_map(|l| l.strip_prefix(&key))
@@ -230,14 +229,7 @@ async fn wait_gauge(
 
 /// A replica's own `num_requests_running + num_requests_waiting`.
 async fn replica_load(c: &reqwest::Client, url: &str) -> u64 {
-    let m = c
-        .get(format!("{url}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let m = metrics(c, url).await;
     ["pagoda:num_requests_running", "pagoda:num_requests_waiting"]
         .iter()
         .map(|name| {
@@ -317,31 +309,8 @@ async fn routes_over_real_replicas() {
     post(&c, &a.url, "/v1/chat/completions", &chat(&pa, "seed")).await;
     post(&c, &b.url, "/v1/chat/completions", &chat(&pb, "seed")).await;
     // The router learns of the blocks through the replicas' KV events.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let m = c
-            .get(format!("{ca}/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        let indexed = |url: &str| {
-            let key = format!("pagoda_router:indexed_blocks{{worker=\"{url}\"}} ");
-            m.lines()
-                .find_map(|l| l.strip_prefix(&key))
-                .and_then(|v| v.parse::<u64>().ok())
-                .unwrap_or(0)
-        };
-        if indexed(&a.url) >= 10 && indexed(&b.url) >= 10 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no KV events reached the router:\n{m}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    for url in [&a.url, &b.url] {
+        wait_gauge(&c, &ca, "indexed_blocks", url, "KV events", |v| v >= 10).await;
     }
     for (i, (prompt, holder)) in [(&pb, &b.url), (&pa, &a.url), (&pb, &b.url), (&pa, &a.url)]
         .into_iter()
@@ -402,14 +371,7 @@ async fn routes_over_real_replicas() {
         worker, b.url,
         "a skewed load still went to the prefix holder"
     );
-    let m = c
-        .get(format!("{ca}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let m = metrics(&c, &ca).await;
     assert!(
         m.lines()
             .any(|l| l.starts_with("pagoda_router:balance_overrides_total ") && !l.ends_with(" 0")),
