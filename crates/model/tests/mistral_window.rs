@@ -6,9 +6,9 @@
 
 mod common;
 
+use pagoda_core::SchedulerConfig;
 use pagoda_core::kv::NULL_BLOCK;
-use pagoda_core::{EngineCore, EngineRequest, SamplingParams, SchedulerConfig};
-use pagoda_model::{CpuExecutor, EngineSetup, KvCacheDtype, ModelRunner, build_engine};
+use pagoda_model::{CpuExecutor, EngineSetup, KvCacheDtype, build_engine};
 use pagoda_testkit::tiny_model::TinyModel;
 
 const WINDOW: usize = 8;
@@ -76,49 +76,6 @@ fn setup(freeing: bool) -> EngineSetup {
     }
 }
 
-struct Run {
-    tokens: Vec<u32>,
-    logprobs: Vec<pagoda_core::PositionLogprobs>,
-    cached: usize,
-}
-
-fn run(
-    core: &mut EngineCore<ModelRunner>,
-    id: u64,
-    prompt: &[u32],
-    mut check: impl FnMut(&EngineCore<ModelRunner>),
-) -> Run {
-    core.add_request(EngineRequest {
-        id,
-        prompt_token_ids: prompt.to_vec(),
-        params: SamplingParams {
-            max_tokens: 6,
-            temperature: 0.0,
-            logprobs: Some(5),
-            ..Default::default()
-        },
-        priority: 0,
-        tenant: Default::default(),
-        extra_keys: Default::default(),
-    })
-    .unwrap();
-    let mut r = Run {
-        tokens: Vec::new(),
-        logprobs: Vec::new(),
-        cached: 0,
-    };
-    while core.has_work() {
-        for o in core.step() {
-            r.tokens.extend(o.new_token_ids);
-            r.logprobs.extend(o.logprobs);
-            r.cached = o.num_cached_tokens;
-        }
-        check(core);
-        core.scheduler().kv().check_invariants().unwrap();
-    }
-    r
-}
-
 #[test]
 fn every_layer_slides_and_gives_its_blocks_back() {
     let spec = TinyModel::mistral();
@@ -126,7 +83,7 @@ fn every_layer_slides_and_gives_its_blocks_back() {
     let (mut on, report) = build_engine(common::tiny(&spec), &setup(true)).unwrap();
     assert_eq!((report.num_groups, report.num_sliding_groups), (1, 1));
     let mut most = 0;
-    let first = run(&mut on, 0, &prompt, |core| {
+    let first = common::run_greedy(&mut on, 0, &prompt, 6, |core| {
         let s = core.scheduler();
         let Some(&seq) = s.running().first() else {
             return;
@@ -143,7 +100,7 @@ fn every_layer_slides_and_gives_its_blocks_back() {
     assert_eq!(first.tokens.len(), 6);
 
     // The same prompt again: the hit needs only the blocks of the last window.
-    let again = run(&mut on, 1, &prompt, |_| {});
+    let again = common::run_greedy(&mut on, 1, &prompt, 6, |_| {});
     assert!(again.cached > 0, "no prefix hit");
     assert_eq!(again.tokens, first.tokens);
     assert_eq!(again.logprobs, first.logprobs);
@@ -151,7 +108,7 @@ fn every_layer_slides_and_gives_its_blocks_back() {
 
     let (mut off, report) = build_engine(common::tiny(&spec), &setup(false)).unwrap();
     assert_eq!(report.num_groups, 1);
-    let kept = run(&mut off, 0, &prompt, |_| {});
+    let kept = common::run_greedy(&mut off, 0, &prompt, 6, |_| {});
     assert_eq!(kept.tokens, first.tokens);
     assert_eq!(
         kept.logprobs, first.logprobs,

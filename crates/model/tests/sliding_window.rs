@@ -7,9 +7,9 @@
 
 mod common;
 
+use pagoda_core::SchedulerConfig;
 use pagoda_core::kv::NULL_BLOCK;
-use pagoda_core::{EngineCore, EngineRequest, SamplingParams, SchedulerConfig};
-use pagoda_model::{EngineSetup, ModelRunner, build_engine};
+use pagoda_model::{EngineSetup, build_engine};
 
 const PROMPT: usize = 4000;
 
@@ -26,58 +26,13 @@ fn setup(freeing: bool) -> EngineSetup {
     }
 }
 
-struct Run {
-    tokens: Vec<u32>,
-    logprobs: Vec<pagoda_core::PositionLogprobs>,
-    cached: usize,
-}
-
-/// Runs one greedy request to its end; `check` sees the engine after every step.
-fn run(
-    core: &mut EngineCore<ModelRunner>,
-    id: u64,
-    prompt: &[u32],
-    mut check: impl FnMut(&EngineCore<ModelRunner>),
-) -> Run {
-    let params = SamplingParams {
-        max_tokens: 4,
-        temperature: 0.0,
-        logprobs: Some(5),
-        ..Default::default()
-    };
-    core.add_request(EngineRequest {
-        id,
-        prompt_token_ids: prompt.to_vec(),
-        params,
-        priority: 0,
-        tenant: Default::default(),
-        extra_keys: Default::default(),
-    })
-    .unwrap();
-    let mut r = Run {
-        tokens: Vec::new(),
-        logprobs: Vec::new(),
-        cached: 0,
-    };
-    while core.has_work() {
-        for o in core.step() {
-            r.tokens.extend(o.new_token_ids);
-            r.logprobs.extend(o.logprobs);
-            r.cached = o.num_cached_tokens;
-        }
-        check(core);
-        core.scheduler().kv().check_invariants().unwrap();
-    }
-    r
-}
-
 #[test]
 fn local_layers_hold_one_window_and_outputs_do_not_change() {
     let prompt = common::prompt(PROMPT, 1000, 20000, 7);
     let (mut on, report) = build_engine(common::load_model(common::GEMMA3), &setup(true)).unwrap();
     assert_eq!((report.num_groups, report.num_sliding_groups), (6, 5));
     let mut seen_end_of_prompt = false;
-    let first = run(&mut on, 0, &prompt, |core| {
+    let first = common::run_greedy(&mut on, 0, &prompt, 4, |core| {
         let s = core.scheduler();
         let Some(&seq) = s.running().first() else {
             return;
@@ -108,7 +63,7 @@ fn local_layers_hold_one_window_and_outputs_do_not_change() {
     assert_eq!(first.tokens.len(), 4);
 
     // The same prompt again: served from the cache but for the last partial block.
-    let again = run(&mut on, 1, &prompt, |_| {});
+    let again = common::run_greedy(&mut on, 1, &prompt, 4, |_| {});
     assert_eq!(again.cached, PROMPT / 16 * 16 - 16);
     assert_eq!(again.tokens, first.tokens);
     assert_eq!(again.logprobs, first.logprobs);
@@ -117,7 +72,7 @@ fn local_layers_hold_one_window_and_outputs_do_not_change() {
     let (mut off, report) =
         build_engine(common::load_model(common::GEMMA3), &setup(false)).unwrap();
     assert_eq!(report.num_groups, 1);
-    let kept = run(&mut off, 0, &prompt, |_| {});
+    let kept = common::run_greedy(&mut off, 0, &prompt, 4, |_| {});
     assert_eq!(kept.tokens, first.tokens);
     assert_eq!(
         kept.logprobs, first.logprobs,

@@ -7,93 +7,22 @@
 //! neither side holds a block or a buffered transfer. Needs the `pagoda` binary built.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use common::{MODEL_NAME, Replica, free_port, model};
 
 use pagoda_router::{PolicyKind, PromptTokenizer, RouterConfig, WorkerSpec};
 use serde_json::{Value, json};
 
-const MODEL_NAME: &str = "SmolLM2-135M-Instruct.Q4_1";
-
-fn model() -> PathBuf {
-    let dir = match std::env::var_os("PAGODA_MODEL_DIR") {
-        Some(d) => PathBuf::from(d),
-        None => PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/pagoda/models"),
-    };
-    dir.join(format!("{MODEL_NAME}.gguf"))
-}
-
-/// `$PAGODA_BIN`, else `pagoda` next to this test's `deps/` directory.
-fn pagoda_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("PAGODA_BIN") {
-        return PathBuf::from(p);
-    }
-    let exe = std::env::current_exe().unwrap();
-    let bin = exe.parent().unwrap().parent().unwrap().join("pagoda");
-    assert!(
-        bin.is_file(),
-        "{} is missing: build it first (cargo build -p pagoda) or set PAGODA_BIN",
-        bin.display()
-    );
-    bin
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A `pagoda serve` child process, killed when dropped.
-struct Replica {
-    child: Child,
-    url: String,
-}
-
-impl Replica {
-    fn start(extra: &[&str]) -> Self {
-        let port = free_port();
-        let child = Command::new(pagoda_bin())
-            .args(["serve", "--threads", "1", "--port", &port.to_string()])
-            .args(["--kv-cache-memory", "64MiB", "--max-model-len", "2048"])
-            .args(extra)
-            .arg("--model")
-            .arg(model())
-            .env_remove("PAGODA_LOG")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        Self {
-            child,
-            url: format!("http://127.0.0.1:{port}"),
-        }
-    }
-
-    async fn wait_ready(&self, c: &reqwest::Client) {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            let r = c.get(format!("{}/ready", self.url)).send().await;
-            if r.is_ok_and(|r| r.status() == 200) {
-                return;
-            }
-            assert!(Instant::now() < deadline, "{} never got ready", self.url);
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// A replica with `extra` arguments.
+fn start(extra: &[&str]) -> Replica {
+    let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+    Replica::spawn(free_port(), &extra)
 }
 
 /// An in-process router: `decode` (with its transfer endpoint `kv`) and one prefill replica.
@@ -112,11 +41,7 @@ async fn router(decode: &Replica, kv: &str, prefill: &Replica) -> String {
         pd_threshold: 64,
         pd_prefill_timeout: Duration::from_secs(60),
     };
-    let r = pagoda_router::build(config).await.unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(pagoda_router::serve(listener, r, std::future::pending()));
-    url
+    common::serve_router(config).await
 }
 
 async fn complete(c: &reqwest::Client, url: &str, prompt: &str, salt: &str) -> Value {
@@ -219,8 +144,8 @@ async fn prefill_transfer_decode_matches_one_replica_and_failures_fall_back() {
         return;
     }
     let kv_port = free_port();
-    let prefill = Replica::start(&["--kv-role", "prefill", "--kv-transfer-timeout", "3"]);
-    let decode = Replica::start(&[
+    let prefill = start(&["--kv-role", "prefill", "--kv-transfer-timeout", "3"]);
+    let decode = start(&[
         "--kv-role",
         "decode",
         "--kv-transfer-host",

@@ -7,54 +7,28 @@
 //! Needs the `pagoda` binary built (`cargo build -p pagoda`; a workspace test run builds it).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::{MODEL_NAME, free_port, model};
 use futures_util::StreamExt;
 use pagoda_router::{PolicyKind, PromptTokenizer, RouterConfig, WORKER_HEADER, WorkerSpec};
 use serde_json::{Value, json};
 
-const MODEL_NAME: &str = "SmolLM2-135M-Instruct.Q4_1";
-
-fn model() -> PathBuf {
-    let dir = match std::env::var_os("PAGODA_MODEL_DIR") {
-        Some(d) => PathBuf::from(d),
-        None => PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/pagoda/models"),
-    };
-    dir.join(format!("{MODEL_NAME}.gguf"))
-}
-
-/// `$PAGODA_BIN`, else `pagoda` next to this test's `deps/` directory.
-fn pagoda_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("PAGODA_BIN") {
-        return PathBuf::from(p);
-    }
-    let exe = std::env::current_exe().unwrap();
-    let bin = exe.parent().unwrap().parent().unwrap().join("pagoda");
-    assert!(
-        bin.is_file(),
-        "{} is missing: build it first (cargo build -p pagoda) or set PAGODA_BIN",
-        bin.display()
-    );
-    bin
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A `pagoda serve` child process, killed when dropped.
+/// A replica publishing KV events, and its worker spec for the router.
 struct Replica {
-    child: Child,
-    url: String,
+    proc: common::Replica,
     spec: WorkerSpec,
     ports: (u16, u16, u16),
+}
+
+impl std::ops::Deref for Replica {
+    type Target = common::Replica;
+    fn deref(&self) -> &common::Replica {
+        &self.proc
+    }
 }
 
 impl Replica {
@@ -67,57 +41,25 @@ impl Replica {
         let kv = json!({"enable_kv_cache_events": true, "publisher": "zmq",
                         "endpoint": format!("tcp://127.0.0.1:{events}"),
                         "replay_endpoint": format!("tcp://127.0.0.1:{replay}")});
-        let child = Command::new(pagoda_bin())
-            .args(["serve", "--threads", "1", "--port", &port.to_string()])
-            .args(["--kv-cache-memory", "64MiB", "--max-model-len", "2048"])
-            .args(["--shutdown-timeout", "30"])
-            .arg("--kv-events-config")
-            .arg(kv.to_string())
-            .arg("--model")
-            .arg(model())
-            .env_remove("PAGODA_LOG")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let url = format!("http://127.0.0.1:{port}");
+        let proc = common::Replica::spawn(
+            port,
+            &[
+                "--shutdown-timeout".into(),
+                "30".into(),
+                "--kv-events-config".into(),
+                kv.to_string(),
+            ],
+        );
         let spec = WorkerSpec::parse(&format!(
-            "{url},events=tcp://127.0.0.1:{events},replay=tcp://127.0.0.1:{replay}"
+            "{},events=tcp://127.0.0.1:{events},replay=tcp://127.0.0.1:{replay}",
+            proc.url
         ))
         .unwrap();
         Self {
-            child,
-            url,
+            proc,
             spec,
             ports: (port, events, replay),
         }
-    }
-
-    async fn wait_ready(&self, c: &reqwest::Client) {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            let r = c.get(format!("{}/ready", self.url)).send().await;
-            if r.is_ok_and(|r| r.status() == 200) {
-                return;
-            }
-            assert!(Instant::now() < deadline, "{} never got ready", self.url);
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    fn signal(&self, sig: &str) {
-        let ok = Command::new("kill")
-            .args([sig, &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(ok.success());
-    }
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -141,11 +83,7 @@ async fn router(policy: PolicyKind, replicas: &[&Replica]) -> String {
         pd_threshold: 0,
         pd_prefill_timeout: Duration::from_secs(60),
     };
-    let r = pagoda_router::build(config).await.unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(pagoda_router::serve(listener, r, std::future::pending()));
-    url
+    common::serve_router(config).await
 }
 
 async fn post(c: &reqwest::Client, url: &str, path: &str, body: &Value) -> (String, Value) {

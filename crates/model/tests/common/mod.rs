@@ -113,8 +113,8 @@ pub fn prompt(n: usize, lo: u32, hi: u32, seed: u32) -> Vec<u32> {
         .collect()
 }
 
-use pagoda_core::{EngineRequest, FinishReason, PositionLogprobs, SamplingParams};
-use pagoda_model::{EngineSetup, build_engine};
+use pagoda_core::{EngineCore, EngineRequest, FinishReason, PositionLogprobs, SamplingParams};
+use pagoda_model::{EngineSetup, ModelRunner, build_engine};
 
 /// One request's result from `run_engine`.
 pub struct Generated {
@@ -164,6 +164,53 @@ pub fn run_engine(
         }
     }
     out
+}
+
+/// One greedy request's tokens, log-probabilities and cached prompt tokens.
+pub struct GreedyRun {
+    pub tokens: Vec<u32>,
+    pub logprobs: Vec<PositionLogprobs>,
+    pub cached: usize,
+}
+
+/// Runs one greedy request of `max_tokens` (top-5 log-probabilities) to its end on `core`;
+/// `check` sees the engine after every step, and the KV invariants are checked after each.
+pub fn run_greedy(
+    core: &mut EngineCore<ModelRunner>,
+    id: u64,
+    prompt: &[u32],
+    max_tokens: u32,
+    mut check: impl FnMut(&EngineCore<ModelRunner>),
+) -> GreedyRun {
+    core.add_request(EngineRequest {
+        id,
+        prompt_token_ids: prompt.to_vec(),
+        params: SamplingParams {
+            max_tokens,
+            temperature: 0.0,
+            logprobs: Some(5),
+            ..Default::default()
+        },
+        priority: 0,
+        tenant: Default::default(),
+        extra_keys: Default::default(),
+    })
+    .unwrap();
+    let mut r = GreedyRun {
+        tokens: Vec::new(),
+        logprobs: Vec::new(),
+        cached: 0,
+    };
+    while core.has_work() {
+        for o in core.step() {
+            r.tokens.extend(o.new_token_ids);
+            r.logprobs.extend(o.logprobs);
+            r.cached = o.num_cached_tokens;
+        }
+        check(core);
+        core.scheduler().kv().check_invariants().unwrap();
+    }
+    r
 }
 
 /// A small engine setup for tests: 64 MiB of KV.
