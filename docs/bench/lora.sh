@@ -7,7 +7,10 @@
 # it has the base and one-adapter loads only. Adapter load time and memory come from the
 # server's "lora adapter loaded" log lines. Each round reports output tok/s over its wall time
 # and per CPU-second of the server process (utime + stime from /proc): on a shared machine the
-# second is the steadier cost measure.
+# second is the steadier cost measure. Every client of every round sends its own prompts (a seed of
+# its own), so no request hits the prefix cache and every round prefills all of its 8,192 prompt
+# tokens: with one seed for all, the eight clients shared eight prompts and only the first round of
+# a new adapter paid for prefill.
 # usage: [LLAMA=.../llama-server] docs/bench/lora.sh [PAGODA_BIN] [ROUNDS]   -> /tmp/lora-bench/
 set -e
 bin=${1:-target/release/pagoda}; rounds=${2:-2}
@@ -23,11 +26,13 @@ wait_ready() { # port path
   echo "server on $1 never became ready" >&2; exit 1
 }
 cpu_ticks() { awk '{print $14 + $15}' /proc/$1/stat; }
+seed=1000
 run() { # pid port name model0..model7
   local pid=$1 port=$2 name=$3; shift 3; local pids=()
   local t0 c0 c1; t0=$(date +%s.%N); c0=$(cpu_ticks $pid)
   for m in "$@"; do
-    $bin bench --base-url http://127.0.0.1:$port --model $m --no-progress --input-len 128 --output-len 128 \
+    seed=$((seed + 1))
+    $bin bench --seed $seed --base-url http://127.0.0.1:$port --model $m --no-progress --input-len 128 --output-len 128 \
       --ignore-eos --concurrency 4 --num-requests 8 > $out/$name.$m.$RANDOM.txt 2>&1 & pids+=($!)
   done
   wait "${pids[@]}"

@@ -104,8 +104,10 @@ fn embeddinggemma_matches_a_numpy_forward_pass() {
     println!("long input against the unwindowed reference: cosine distance {off:e}");
     assert!(off > 1e-3, "the sliding window changed nothing ({off})");
 
-    // Alone, an input's embedding does not depend on the batch it ran in.
-    for (i, got) in batch.iter().enumerate() {
+    // Alone, an input's embedding does not depend on the batch it ran in (a short sentence, a
+    // Japanese one and the long input: running all thirteen alone again doubled the test's time).
+    for i in [0, 6, long] {
+        let got = &batch[i];
         let alone = exact.embed(&[seqs[i]], &mut scratch).unwrap();
         let diff = alone[0]
             .iter()

@@ -103,9 +103,14 @@ impl LoraWeights {
         self.scale
     }
 
-    /// `y[i] += scale * B A x[i]` over the rows of `x` (`[n][in]`) and `y` (`[n][out]`).
-    pub fn apply(&self, x: &[f32], y: &mut [f32]) {
-        pagoda_kernels::lora::lora_add(x, &self.a, &self.bt, self.rank, self.scale, y);
+    /// The matrices as the kernels take them.
+    pub fn mats(&self) -> pagoda_kernels::lora::LoraMats<'_> {
+        pagoda_kernels::lora::LoraMats {
+            a: &self.a,
+            bt: &self.bt,
+            rank: self.rank,
+            scale: self.scale,
+        }
     }
 
     /// The dense update `scale * B A` as `[out][in]`, summed in f64 (for merging and tests).

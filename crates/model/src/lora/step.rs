@@ -1,26 +1,25 @@
-//! One step's adapters and which rows use them. The base matmul runs over every row; then each
-//! row whose sequence has an adapter gets that adapter's low-rank product added, adapter by
-//! adapter over its rows (which then share its A and B from cache), each row on its own, so a
-//! row's result does not depend on what else is in the batch.
+//! One step's adapters and which rows use them. The base matmul runs over every row; then the
+//! rows of each adapter get its low-rank product added, adapter by adapter (`kernels::lora`
+//! splits the work by adapter, so each adapter's weights are read once per step), each row
+//! computed on its own, so a row's result does not depend on what else is in the batch.
 
 use std::sync::Arc;
 
-use pagoda_kernels::parallel;
+use pagoda_kernels::lora::{LoraGroups, lora_add};
 
 use super::{LoraAdapter, LoraTarget};
 use crate::ForwardBatch;
 
-/// A row that uses no adapter.
-const NONE: u32 = u32::MAX;
-
-/// The step's adapters and per-row adapter index; reused across steps.
+/// The step's adapters and their rows; reused across steps.
 #[derive(Default)]
 pub(crate) struct LoraRows {
     adapters: Vec<Arc<LoraAdapter>>,
-    /// `[T]` index into `adapters` of every row of the batch, `NONE` for the base model.
-    all: Vec<u32>,
+    /// Each row's adapter (an index into `adapters`), every row of the batch.
+    owner: Vec<Option<u32>>,
+    /// The batch's rows grouped by adapter.
+    all: LoraGroups,
     /// The same for the rows a pruned last layer keeps.
-    kept: Vec<u32>,
+    kept: LoraGroups,
 }
 
 impl LoraRows {
@@ -33,18 +32,19 @@ impl LoraRows {
         kept: &[u32],
     ) {
         self.adapters.clear();
-        self.all.clear();
-        self.kept.clear();
+        self.owner.clear();
         if batch.seq_loras.iter().all(Option::is_none) {
             return;
         }
         self.adapters.extend(adapters.iter().cloned());
-        for (w, slot) in batch.query_start_loc.windows(2).zip(&batch.seq_loras) {
+        for (w, &slot) in batch.query_start_loc.windows(2).zip(&batch.seq_loras) {
             let n = (w[1] - w[0]) as usize;
-            self.all
-                .extend(std::iter::repeat_n(slot.unwrap_or(NONE), n));
+            self.owner.extend(std::iter::repeat_n(slot, n));
         }
-        self.kept.extend(kept.iter().map(|&i| self.all[i as usize]));
+        let n = self.adapters.len();
+        self.all.plan(self.owner.iter().copied(), n);
+        let owner = &self.owner;
+        self.kept.plan(kept.iter().map(|&i| owner[i as usize]), n);
     }
 
     /// Drops the step's adapter references (so an unloaded adapter is freed once idle).
@@ -59,28 +59,18 @@ impl LoraRows {
         if self.adapters.is_empty() || t == 0 {
             return;
         }
-        let rows = if t == self.all.len() {
+        let groups = if t == self.all.rows() {
             &self.all
         } else {
             &self.kept
         };
-        debug_assert_eq!(rows.len(), t);
-        let (d_in, d_out) = (x.len() / t, y.len() / t);
+        debug_assert_eq!(groups.rows(), t);
         let adapters = &self.adapters;
-        parallel::for_rows(t, [y], &|r, [y]| {
-            // One adapter's rows one after another, so its A and B (up to a few hundred KB per
-            // projection) are read from memory once per thread, not once per row when the
-            // batch interleaves adapters. Each row is still computed on its own.
-            for (ai, a) in adapters.iter().enumerate() {
-                let Some(w) = a.get(il, target) else {
-                    continue;
-                };
-                for (j, i) in r.clone().enumerate() {
-                    if rows[i] as usize == ai {
-                        w.apply(&x[i * d_in..][..d_in], &mut y[j * d_out..][..d_out]);
-                    }
-                }
-            }
+        lora_add(x, y, groups, &|g| {
+            adapters
+                .get(g)
+                .and_then(|a| a.get(il, target))
+                .map(|w| w.mats())
         });
     }
 }
