@@ -4,8 +4,8 @@
 //!
 //! The work is split by adapter, not by row range (Punica's SGMV on a CPU): each task runs a
 //! piece of one adapter's rows, four rows at a time, so each piece of A and B loaded serves four
-//! rows, and an adapter's weights come from memory once per step however the batch interleaves
-//! adapters. A row's arithmetic is the same whichever rows share its tile or task, so its result
+//! rows, and an adapter's weights are read by its few tasks (about two per thread over all
+//! adapters), not once per row, however the batch interleaves adapters. A row's arithmetic is the same whichever rows share its tile or task, so its result
 //! never depends on what else is in the batch.
 
 mod groups;
@@ -143,9 +143,9 @@ fn add_rows(
     // that way), and each row of a group is in exactly one task's piece, so no two live slices
     // overlap.
     let y_row = |i: u32| unsafe { y.slice_mut(i as usize * d_out, d_out) };
-    let mut u = [[0f32; MAX_RANK]; TILE_ROWS];
     #[cfg(target_arch = "x86_64")]
     if use_avx2(level) {
+        let mut u = [[0f32; MAX_RANK]; TILE_ROWS];
         let mut tiles = rows.chunks_exact(TILE_ROWS);
         for t in &mut tiles {
             let xs = [0, 1, 2, 3].map(|k| x_row(t[k]));
@@ -154,13 +154,13 @@ fn add_rows(
             unsafe { avx2::tile(xs, ys, m, &mut u) };
         }
         for &i in tiles.remainder() {
-            let mut one = [[0f32; MAX_RANK]; 1];
             // SAFETY: as above.
-            unsafe { avx2::tile([x_row(i)], [y_row(i)], m, &mut one) };
+            unsafe { avx2::tile([x_row(i)], [y_row(i)], m, std::array::from_mut(&mut u[0])) };
         }
         return;
     }
-    let _ = (level, &mut u);
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = level;
     for &i in rows {
         scalar_row(x_row(i), y_row(i), m);
     }

@@ -1,6 +1,6 @@
 //! One step's adapters and which rows use them. The base matmul runs over every row; then the
 //! rows of each adapter get its low-rank product added, adapter by adapter (`kernels::lora`
-//! splits the work by adapter, so each adapter's weights are read once per step), each row
+//! splits the work by adapter, so each adapter's weights are read by a few tasks, not per row), each row
 //! computed on its own, so a row's result does not depend on what else is in the batch.
 
 use std::sync::Arc;
