@@ -4,6 +4,7 @@
 
 mod bpe;
 mod byte_level;
+pub mod chat_prompt;
 pub mod chat_template;
 mod decode_stream;
 mod error;

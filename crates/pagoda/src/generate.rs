@@ -9,10 +9,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
 use pagoda_core::{PositionLogprobs, SamplingParams};
-use pagoda_frontend::ChatMessage;
-use pagoda_protocol::FinishReason;
-use pagoda_server::validation_error::FieldNames;
-use pagoda_server::{Generation, LoadOptions, TextOptions, Unchecked, ValidRequest, load_engine};
+use pagoda_frontend::chat_prompt::{self, PromptOptions};
+use pagoda_protocol::{ChatMessage as ProtocolMessage, FinishReason, Role};
+use pagoda_server::{
+    FieldNames, Generation, LoadOptions, TextOptions, Unchecked, ValidRequest, load_engine,
+};
 
 use crate::engine_args::EngineArgs;
 use crate::model_path;
@@ -149,19 +150,14 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     let mut encoded = Vec::with_capacity(prompts.len());
     for text in &prompts {
         let text = if chat {
-            m.template
-                .render(
-                    &[ChatMessage {
-                        role: "user".into(),
-                        content: text.clone(),
-                    }],
-                    true,
-                )
+            let message = [ProtocolMessage::new(Role::User, text.clone())];
+            chat_prompt::render(&m.template, &message, &PromptOptions::NEW_TURN, None)
                 .context("cannot apply the chat template")?
         } else {
             text.clone()
         };
-        encoded.push(m.tokenizer.encode(&text, true, true));
+        // Special tokens always, as llama.cpp's `llama-cli` adds them (the golden tests' form).
+        encoded.push(chat_prompt::tokenize(&m.tokenizer, &text, Some(true)));
     }
     let mut request = ValidRequest::new(
         m.engine.limits(),
@@ -186,7 +182,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
             scale: args.lora_scale,
             ..Default::default()
         };
-        let adapter = pagoda_server::loras::read_adapter(p, &m.config, &opts)
+        let adapter = pagoda_server::read_adapter(p, &m.config, &opts)
             .map_err(|e| anyhow::anyhow!("--lora {}: {e}", p.display()))?;
         let digest = adapter.digest();
         let name = p.display().to_string();

@@ -209,7 +209,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             Some(json) => pagoda_kv_events::KvEventsConfig::parse(json)?,
             None => None,
         },
-        lora: pagoda_server::loras::LoraConfig {
+        lora: pagoda_server::LoraConfig {
             modules: lora_modules(&args.lora_modules)?,
             max_lora_rank: args.max_lora_rank,
             max_cpu_loras: args.max_cpu_loras,

@@ -54,7 +54,7 @@ pub struct ServerConfig {
     /// Publish KV cache events over ZeroMQ (`--kv-events-config`, docs/scale-out.md).
     pub kv_events: Option<pagoda_kv_events::KvEventsConfig>,
     /// LoRA adapters: the ones loaded at start-up and how many are kept.
-    pub lora: crate::loras::LoraConfig,
+    pub lora: crate::model::loras::LoraConfig,
 }
 
 impl Default for ServerConfig {
@@ -80,7 +80,7 @@ impl Default for ServerConfig {
             response_store_max_age: Duration::from_secs(3600),
             quantization: pagoda_hf::Quantization::default(),
             kv_events: None,
-            lora: crate::loras::LoraConfig::default(),
+            lora: crate::model::loras::LoraConfig::default(),
         }
     }
 }

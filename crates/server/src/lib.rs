@@ -5,45 +5,27 @@
 //! Tests and tools start it in-process: bind `127.0.0.1:0`, [`load`] the model, spawn
 //! [`serve`] on the listener; no sleeps, the port is known before the server starts.
 
-mod auth;
-mod base64;
-mod body;
-mod chat_output;
-mod chat_prompt;
+// Folders along a request's path: `http` (bytes -> API request), `api` (each dialect),
+// `prepare` (-> `ValidRequest`), `generate` (-> engine -> response); `model`, `tenants`,
+// `observe` and `error` serve every stage.
+pub mod api;
 pub mod config;
-mod constraints;
-mod cors;
-mod embedder;
 pub mod error;
-mod error_shape;
-mod generation;
-mod http_server;
+pub mod generate;
+pub mod http;
 mod kv_disk_metrics;
-mod kv_transfer;
 mod kv_transfer_metrics;
-mod logprobs;
-pub mod loras;
-mod messages_input;
-mod messages_output;
 pub mod metrics;
 pub mod metrics_compat;
-pub mod model_loader;
-pub mod otlp;
-pub mod request_id;
-mod request_trace;
-mod response_store;
-mod responses_input;
-mod responses_output;
-mod routes;
+pub mod model;
+pub mod observe;
+pub mod prepare;
+mod routes {
+    pub mod metrics;
+}
 mod spec_metrics;
 pub mod state;
-mod stream;
 pub mod tenants;
-mod tools;
-mod trace_context;
-pub mod valid_request;
-mod validate;
-pub mod validation_error;
 
 use std::future::Future;
 use std::path::Path;
@@ -58,10 +40,14 @@ use pagoda_model::EngineSetup;
 
 pub use config::ServerConfig;
 pub use error::ApiError;
-pub use generation::Generation;
-pub use model_loader::{LoadError, LoadOptions, LoadedModel, OpenedModel, load_engine, open_model};
+pub use generate::generation::Generation;
+pub use model::loader::{
+    LoadError, LoadOptions, LoadedModel, OpenedModel, load_engine, open_model,
+};
+pub use model::loras::{LoraConfig, read_adapter};
+pub use prepare::valid_request::{TextOptions, Unchecked, ValidRequest};
+pub use prepare::validation_error::FieldNames;
 pub use state::AppState;
-pub use valid_request::{TextOptions, Unchecked, ValidRequest};
 
 /// The router: generation and tokenizer routes behind the API key (when set), health and
 /// metrics open; OpenAI-shaped 404 for an unknown path and 405 for a known path's wrong
@@ -71,35 +57,35 @@ pub fn app(state: AppState) -> Router {
     let api = Router::new()
         .route(
             "/v1/completions",
-            post(routes::generate::<routes::completions::Completions>),
+            post(generate::endpoint::generate::<api::openai::completions::Completions>),
         )
         .route(
             "/v1/chat/completions",
-            post(routes::generate::<routes::chat::Chat>),
+            post(generate::endpoint::generate::<api::openai::chat::Chat>),
         )
         .route(
             "/v1/messages",
-            post(routes::generate::<routes::messages::Messages>),
+            post(generate::endpoint::generate::<api::anthropic::endpoint::Messages>),
         )
         .route(
             "/v1/messages/count_tokens",
-            post(routes::messages::count_tokens),
+            post(api::anthropic::endpoint::count_tokens),
         )
         .route(
             "/v1/responses",
-            post(routes::generate::<routes::responses::Responses>),
+            post(generate::endpoint::generate::<api::responses::endpoint::Responses>),
         )
         .route(
             "/v1/responses/{id}",
-            get(routes::responses::get).delete(routes::responses::delete),
+            get(api::responses::endpoint::get).delete(api::responses::endpoint::delete),
         )
-        .route("/v1/models", get(routes::models::models))
-        .route("/v1/embeddings", post(routes::embeddings::embeddings))
-        .route("/tokenize", post(routes::tokenize::tokenize))
-        .route("/detokenize", post(routes::tokenize::detokenize));
+        .route("/v1/models", get(api::openai::models::models))
+        .route("/v1/embeddings", post(api::openai::embeddings::embeddings))
+        .route("/tokenize", post(api::vllm::tokenize::tokenize))
+        .route("/detokenize", post(api::vllm::tokenize::detokenize));
     let api = if state.config().lora.runtime_updates {
-        api.route("/v1/load_lora_adapter", post(routes::lora::load))
-            .route("/v1/unload_lora_adapter", post(routes::lora::unload))
+        api.route("/v1/load_lora_adapter", post(api::vllm::lora::load))
+            .route("/v1/unload_lora_adapter", post(api::vllm::lora::unload))
     } else {
         api
     };
@@ -108,19 +94,19 @@ pub fn app(state: AppState) -> Router {
         .method_not_allowed_fallback(wrong_method)
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
-            auth::require_key,
+            http::auth::require_key,
         ));
-    let cors = cors::layer(&state.config().allowed_origins);
+    let cors = http::cors::layer(&state.config().allowed_origins);
     let router = Router::new()
         .merge(api)
-        .route("/health", get(routes::health::health))
-        .route("/ready", get(routes::health::ready))
-        .route("/version", get(routes::health::version))
+        .route("/health", get(observe::health::health))
+        .route("/ready", get(observe::health::ready))
+        .route("/version", get(observe::health::version))
         .route(
             "/metrics",
             get(routes::metrics::metrics).route_layer(middleware::from_fn_with_state(
                 state.clone(),
-                auth::require_metrics_key,
+                http::auth::require_metrics_key,
             )),
         )
         .method_not_allowed_fallback(wrong_method)
@@ -132,7 +118,7 @@ pub fn app(state: AppState) -> Router {
         Some(c) => router.layer(c),
         None => router,
     };
-    router.layer(middleware::from_fn(request_id::request_id))
+    router.layer(middleware::from_fn(http::request_id::request_id))
 }
 
 async fn no_route(req: Request) -> Response {
@@ -208,11 +194,11 @@ pub async fn serve(
         }
         let _ = stop_tx.send(());
     });
-    let timeouts = http_server::Timeouts {
+    let timeouts = http::listener::Timeouts {
         header: state.config().request_header_timeout,
         keep_alive: state.config().keep_alive_timeout,
     };
-    http_server::run(listener, router, timeouts, async move {
+    http::listener::run(listener, router, timeouts, async move {
         let _ = stop_rx.await;
     })
     .await;

@@ -367,7 +367,7 @@ pub fn render_cache_config(
 
 /// The embedding batcher's counters: forward passes and the inputs they embedded (their ratio
 /// is the batch size concurrent requests reached).
-pub fn render_embedder(stats: &crate::embedder::EmbedderStats, model_name: &str) -> String {
+pub fn render_embedder(stats: &crate::model::embedder::EmbedderStats, model_name: &str) -> String {
     use std::sync::atomic::Ordering;
     let mut out = String::new();
     let label = model_label(model_name);
@@ -391,7 +391,11 @@ pub fn render_embedder(stats: &crate::embedder::EmbedderStats, model_name: &str)
 /// vLLM's `lora_requests_info` gauge (value: the scrape time, labels: the step limit and the
 /// comma-joined adapters of running and waiting requests), so LoRA-aware routers built for
 /// vLLM read it unchanged; and requests per adapter.
-pub fn render_loras(out: &mut String, stats: &EngineStats, loras: &crate::loras::LoraRegistry) {
+pub fn render_loras(
+    out: &mut String,
+    stats: &EngineStats,
+    loras: &crate::model::loras::LoraRegistry,
+) {
     let join = |names: &[std::sync::Arc<str>]| {
         let v: Vec<&str> = names.iter().map(|n| &**n).collect();
         escape_label(&v.join(","))

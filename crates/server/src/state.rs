@@ -14,16 +14,16 @@ use pagoda_model::{EngineSetup, KvReport};
 use pagoda_structured::StructuredOutputs;
 use tokio::sync::Notify;
 
-use crate::auth;
+use crate::api::responses::store::ResponseStore;
 use crate::config::ServerConfig;
-use crate::embedder::Embedder;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
-use crate::model_loader::{LoadError, LoadOptions, load_engine};
-use crate::otlp::{OtlpError, OtlpExporter};
-use crate::response_store::ResponseStore;
+use crate::model::embedder::Embedder;
+use crate::model::loader::{LoadError, LoadOptions, load_engine};
+use crate::observe::otlp::{OtlpError, OtlpExporter};
+use crate::prepare::validation_error::ValidationError;
+use crate::tenants::key_digest::key_digest;
 use crate::tenants::{KeysFileError, Reloaded, Tenants};
-use crate::validation_error::ValidationError;
 
 /// The model side of the server, present once loading finished.
 pub struct Loaded {
@@ -44,7 +44,7 @@ pub struct Loaded {
     /// Publishes KV cache events (`--kv-events-config`); its overflow count is a metric.
     pub kv_events: Option<pagoda_kv_events::KvEventsPublisher>,
     /// The LoRA adapters served over the model.
-    pub loras: Arc<crate::loras::LoraRegistry>,
+    pub loras: Arc<crate::model::loras::LoraRegistry>,
     /// This replica's part in prefill/decode disaggregation (`--kv-role`).
     pub kv_role: pagoda_core::kv::KvRole,
     /// The transfers' counters, for `/metrics` (a prefill or decode role only).
@@ -115,7 +115,7 @@ impl AppState {
     ) -> Self {
         // Only digests of the keys are kept.
         config.api_key = None;
-        let metrics_key = config.metrics_api_key.take().map(|k| auth::key_digest(&k));
+        let metrics_key = config.metrics_api_key.take().map(|k| key_digest(&k));
         let (entries, max_age) = (config.response_store_entries, config.response_store_max_age);
         let created = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -187,7 +187,7 @@ impl AppState {
                     tracing::warn!("structured output is unavailable: {e}");
                 }
             })?;
-        let loras = Arc::new(crate::loras::LoraRegistry::new(
+        let loras = Arc::new(crate::model::loras::LoraRegistry::new(
             self.0.config.lora.clone(),
             m.config,
             &self.0.config.served_model_name,

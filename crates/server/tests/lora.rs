@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use common::{MODEL, TestServer, client, error_of, metric, metrics_text, post};
 use pagoda_gguf::{GgmlType, GgufFile};
 use pagoda_model::ModelConfig;
-use pagoda_server::loras::LoraConfig;
+use pagoda_server::LoraConfig;
 use pagoda_testkit::lora_adapter::{
     PeftOptions, RandomLora, gguf_adapter, projection_shapes, write_peft,
 };

@@ -3,6 +3,7 @@
 //! constant time; the table is swapped whole on reload (SIGHUP), while each tenant's state,
 //! engine id and counters live on by name.
 
+pub mod key_digest;
 pub mod keys_file;
 pub mod tenant;
 
@@ -15,8 +16,6 @@ use std::sync::{Arc, Mutex, RwLock};
 
 pub use keys_file::{KeysFileError, Limits};
 pub use tenant::{OverLimit, TenantPermit, TenantState};
-
-use crate::auth;
 
 /// A key's digest: 128 bits of SipHash under a per-process random key.
 type Digest = [u8; 16];
@@ -67,7 +66,11 @@ impl Tenants {
             by_name: Mutex::new(HashMap::new()),
         };
         if let Some(key) = api_key {
-            let state = t.tenant(DEFAULT_TENANT, auth::tenant_salt(key), Limits::default());
+            let state = t.tenant(
+                DEFAULT_TENANT,
+                key_digest::tenant_salt(key),
+                Limits::default(),
+            );
             t.swap(vec![(digest(&t.hasher, key), state)]);
         }
         t
@@ -88,7 +91,7 @@ impl Tenants {
         }
         if let Some(path) = &self.file {
             for e in keys_file::read(path)? {
-                let salt = auth::tenant_salt(&format!("tenant\u{0}{}", e.tenant));
+                let salt = key_digest::tenant_salt(&format!("tenant\u{0}{}", e.tenant));
                 let state = self.tenant(&e.tenant, salt, e.limits);
                 state.set_limits(e.limits);
                 entries.push((digest(&self.hasher, &e.key), state));
@@ -110,7 +113,7 @@ impl Tenants {
         let table = self.current();
         let mut found = None;
         for (e, state) in &table.entries {
-            if auth::constant_time_eq(e, &d) {
+            if key_digest::constant_time_eq(e, &d) {
                 found = Some(state);
             }
         }

@@ -1,0 +1,178 @@
+//! OpenAI's `POST /v1/responses` (and `GET` / `DELETE /v1/responses/{id}` over the store):
+//! the stored conversation of `previous_response_id`, `instructions` and the input become chat
+//! messages (`responses_input.rs`) and take the chat path (tools, template, constraint,
+//! `ValidRequest`); `responses_output.rs` writes the answer.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response as HttpResponse};
+use pagoda_protocol::responses::{ResponseDeleted, ResponsesRequest};
+use pagoda_protocol::{ChatMessage, Role};
+use serde_json::{Value, json};
+
+use crate::api::responses::input::{chat_messages, chat_tool_choice, chat_tools, check_extra};
+use crate::api::responses::output::Formatter;
+use crate::error::ApiError;
+use crate::error::rejected::rejected;
+use crate::generate::chat_output::ChoiceOutput;
+use crate::generate::endpoint::GenerationEndpoint;
+use crate::prepare::chat_prompt::{PromptOptions, render, tokenize};
+use crate::prepare::constraints;
+use crate::prepare::tools;
+use crate::prepare::valid_request::ValidRequest;
+use crate::prepare::validate::{self, SamplingFields};
+use crate::prepare::validation_error::{FieldNames, ValidationError};
+use crate::state::{AppState, Loaded};
+
+/// A responses request, validated and rendered, with what its answer needs.
+pub struct Responses {
+    /// The response object before any output: the request's settings echoed.
+    echo: pagoda_protocol::responses::Response,
+    /// The messages before this response, without the instructions (what `store` keeps).
+    conversation: Vec<ChatMessage>,
+    tools: Option<tools::ToolSetup>,
+    prompt_text: String,
+}
+
+impl GenerationEndpoint for Responses {
+    type Wire = ResponsesRequest;
+    type Formatter = Formatter;
+
+    fn prepare(
+        state: &AppState,
+        loaded: &Loaded,
+        req: ResponsesRequest,
+    ) -> Result<(ValidRequest, Self), ValidationError> {
+        check_extra(&req.extra)?;
+        let lora = validate::resolve_model(state, &req.model)?;
+        if let Some(u) = &req.user {
+            tracing::info!(user = u.as_str(), "responses request");
+        }
+        let mut conversation = match &req.previous_response_id {
+            Some(id) => {
+                let stored =
+                    state
+                        .responses()
+                        .get(id)
+                        .ok_or_else(|| ValidationError::NotFound {
+                            field: "previous_response_id",
+                            message: format!("Previous response with id '{id}' not found."),
+                        })?;
+                stored.conversation.clone()
+            }
+            None => Vec::new(),
+        };
+        let input = req
+            .input
+            .as_ref()
+            .ok_or_else(|| ValidationError::rule("input", "`input` is required"))?;
+        chat_messages(input, &mut conversation)?;
+        let mut messages = Vec::with_capacity(conversation.len() + 1);
+        if let Some(i) = &req.instructions {
+            messages.push(ChatMessage::new(Role::System, i.as_str()));
+        }
+        messages.extend(conversation.iter().cloned());
+
+        let tools = req.tools.as_deref().map(chat_tools).transpose()?;
+        let choice = req.tool_choice.as_ref().map(chat_tool_choice).transpose()?;
+        let setup = tools::parse(loaded, tools.as_ref(), choice.as_ref())?;
+        let format = match &req.text {
+            Some(t) => constraints::from_text_config(t)?.map(|c| (c, "text.format")),
+            None => None,
+        };
+        let constraint = constraints::reply(loaded, format, setup.as_ref())?;
+        let prompt_text = render(loaded, &messages, &PromptOptions::NEW_TURN, setup.as_ref())?;
+        let prompt = tokenize(loaded, &prompt_text, None);
+
+        let mut f = SamplingFields::new(FieldNames::RESPONSES, req.max_output_tokens);
+        f.lora = lora;
+        f.temperature = req.temperature;
+        f.top_p = req.top_p;
+        f.seed = req.seed;
+        f.stream = req.stream;
+        f.constraint = constraint;
+        let request = validate::build(state, loaded, &f, vec![prompt])?;
+        let echo = pagoda_protocol::responses::Response {
+            id: String::new(),
+            object: "response".into(),
+            created_at: 0,
+            status: "in_progress".into(),
+            error: None,
+            incomplete_details: None,
+            instructions: req.instructions.clone(),
+            max_output_tokens: req.max_output_tokens,
+            model: req.model.clone(),
+            output: Vec::new(),
+            parallel_tool_calls: req.parallel_tool_calls.unwrap_or(true),
+            previous_response_id: req.previous_response_id.clone(),
+            temperature: Some(req.temperature.unwrap_or(1.0)),
+            top_p: Some(req.top_p.unwrap_or(1.0)),
+            tool_choice: req.tool_choice.clone().unwrap_or_else(|| json!("auto")),
+            tools: req
+                .tools
+                .clone()
+                .unwrap_or_default()
+                .into_iter()
+                .map(Value::Object)
+                .collect(),
+            text: req
+                .text
+                .clone()
+                .map(Value::Object)
+                .unwrap_or_else(|| json!({"format": {"type": "text"}})),
+            store: req.store.unwrap_or(true),
+            metadata: req.metadata.clone().unwrap_or_default(),
+            user: req.user.clone(),
+            usage: None,
+        };
+        Ok((
+            request,
+            Responses {
+                echo,
+                conversation,
+                tools: setup,
+                prompt_text,
+            },
+        ))
+    }
+
+    fn formatter(self, state: &AppState, _: &ValidRequest, _choices: usize) -> Formatter {
+        let output = ChoiceOutput::new(
+            state.config().reasoning_parser,
+            self.tools.as_ref(),
+            &self.prompt_text,
+        )
+        .single_call(!self.echo.parallel_tool_calls);
+        Formatter::new(state, self.echo, output, self.conversation)
+    }
+}
+
+fn not_found(id: &str) -> ApiError {
+    ValidationError::NotFound {
+        field: "response_id",
+        message: format!("No response found with id '{id}'."),
+    }
+    .into()
+}
+
+/// `GET /v1/responses/{id}`: a stored response.
+pub async fn get(State(state): State<AppState>, Path(id): Path<String>) -> HttpResponse {
+    match state.responses().get(&id) {
+        Some(s) => Json(&s.response).into_response(),
+        None => rejected(&state, not_found(&id)),
+    }
+}
+
+/// `DELETE /v1/responses/{id}`.
+pub async fn delete(State(state): State<AppState>, Path(id): Path<String>) -> HttpResponse {
+    if state.responses().delete(&id) {
+        Json(ResponseDeleted {
+            id,
+            object: "response".into(),
+            deleted: true,
+        })
+        .into_response()
+    } else {
+        rejected(&state, not_found(&id))
+    }
+}

@@ -1,0 +1,136 @@
+//! vLLM's `POST /tokenize` (a `prompt` or llama.cpp's `content`, or `messages` and `tools`
+//! through the chat template exactly as the generation endpoints tokenize them) and
+//! `POST /detokenize`.
+
+use axum::Json;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use pagoda_protocol::{DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse};
+
+use crate::error::ApiError;
+use crate::error::rejected::rejected;
+use crate::generate::generation::token_text;
+use crate::http::body::JsonBody;
+use crate::prepare::blocking::run_blocking;
+use crate::prepare::chat_prompt::{self, PromptOptions, render};
+use crate::prepare::tools;
+use crate::prepare::validate;
+use crate::prepare::validation_error::ValidationError;
+use crate::state::AppState;
+
+pub async fn tokenize(
+    State(state): State<AppState>,
+    JsonBody(req): JsonBody<TokenizeRequest>,
+) -> Response {
+    let st = state.clone();
+    match run_blocking(move || tokenize_blocking(&st, req)).await {
+        Ok(r) => Json(r).into_response(),
+        Err(e) => rejected(&state, e),
+    }
+}
+
+fn tokenize_blocking(state: &AppState, req: TokenizeRequest) -> Result<TokenizeResponse, ApiError> {
+    validate::reject_unknown(&req.extra)?;
+    if let Some(m) = &req.model {
+        validate::check_model(state, m)?;
+    }
+    let loaded = state.loaded()?;
+    let text = match (&req.prompt, &req.content) {
+        (Some(p), None) => Some((p, true)),
+        (None, Some(c)) => Some((c, false)),
+        (None, None) => None,
+        (Some(_), Some(_)) => {
+            return Err(ValidationError::Conflict {
+                field: "content",
+                with: "`prompt`",
+            }
+            .into());
+        }
+    };
+    let tokens = match (text, &req.messages) {
+        (Some((text, add_special)), None) => {
+            if req.add_generation_prompt.is_some()
+                || req.continue_final_message.is_some()
+                || req.chat_template_kwargs.is_some()
+                || req.tools.is_some()
+            {
+                return Err(ValidationError::rule(
+                    if req.tools.is_some() {
+                        "tools"
+                    } else {
+                        "add_generation_prompt"
+                    },
+                    "`add_generation_prompt`, `continue_final_message`, `chat_template_kwargs` and `tools` go with `messages`",
+                )
+                .into());
+            }
+            loaded
+                .tokenizer
+                .encode(text, req.add_special_tokens.unwrap_or(add_special), true)
+        }
+        (None, Some(msgs)) => {
+            let opts = PromptOptions::new(
+                req.add_generation_prompt,
+                req.continue_final_message,
+                req.chat_template_kwargs.as_ref(),
+            )?;
+            // The same parse and render as a chat request, so the two counts agree.
+            let setup = tools::parse(loaded, req.tools.as_ref(), None)?;
+            let text = render(loaded, msgs, &opts, setup.as_ref())?;
+            chat_prompt::tokenize(loaded, &text, req.add_special_tokens)
+        }
+        _ => {
+            return Err(ValidationError::rule(
+                "prompt",
+                "give exactly one of `prompt`, `content` and `messages`",
+            )
+            .into());
+        }
+    };
+    let token_strs = req.return_token_strs.unwrap_or(false).then(|| {
+        tokens
+            .iter()
+            .map(|&t| token_text(&loaded.tokenizer, t).0)
+            .collect()
+    });
+    Ok(TokenizeResponse {
+        count: tokens.len() as u32,
+        max_model_len: Some(loaded.engine.max_model_len() as u32),
+        tokens,
+        token_strs,
+    })
+}
+
+pub async fn detokenize(
+    State(state): State<AppState>,
+    JsonBody(req): JsonBody<DetokenizeRequest>,
+) -> Response {
+    let result = (|| {
+        validate::reject_unknown(&req.extra)?;
+        if let Some(m) = &req.model {
+            validate::check_model(&state, m)?;
+        }
+        let loaded = state.loaded()?;
+        if let Some(&bad) = req
+            .tokens
+            .iter()
+            .find(|&&t| t as usize >= loaded.engine.limits().vocab_size)
+        {
+            return Err(ValidationError::rule(
+                "tokens",
+                format!(
+                    "token id {bad} is outside the vocabulary of {} tokens",
+                    loaded.engine.limits().vocab_size
+                ),
+            )
+            .into());
+        }
+        Ok(DetokenizeResponse {
+            prompt: loaded.tokenizer.decode(&req.tokens, false),
+        })
+    })();
+    match result {
+        Ok(r) => Json(r).into_response(),
+        Err(e) => rejected(&state, e),
+    }
+}

@@ -1,0 +1,72 @@
+//! API-key checks: the bearer token names its tenant (`--api-key`, `--api-keys-file`; see
+//! `tenants`), compared in constant time, and the tenant rides along as a request extension;
+//! `/metrics` may need its own key. A tenant's prefix-cache salt is derived from its key (or
+//! name) so one tenant can never name (and so probe) another tenant's cached blocks.
+
+use axum::extract::{Request, State};
+use axum::http::HeaderMap;
+use axum::http::header::AUTHORIZATION;
+use axum::middleware::Next;
+use axum::response::Response;
+
+use crate::error::ApiError;
+use crate::error::shape::ErrorShape;
+use crate::state::AppState;
+use crate::tenants::TenantState;
+use crate::tenants::key_digest::{constant_time_eq, key_digest};
+
+/// The tenant a request was authenticated as (absent when no keys are configured).
+#[derive(Clone)]
+pub struct Caller(pub std::sync::Arc<TenantState>);
+
+/// The key a request presents: `Authorization: Bearer <key>`, or Anthropic's `x-api-key`.
+fn presented_key(headers: &HeaderMap) -> Option<&str> {
+    let bearer = headers
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let x_api_key = || headers.get("x-api-key").and_then(|v| v.to_str().ok());
+    bearer.or_else(x_api_key).map(str::trim)
+}
+
+/// The 401, in the error body of the API called.
+fn refused(state: &AppState, given: Option<&str>, path: &str) -> Response {
+    state.metrics().count_rejected("unauthorized");
+    let msg = if given.is_none() {
+        "missing API key: send `Authorization: Bearer <key>` or `x-api-key: <key>`"
+    } else {
+        "incorrect API key"
+    };
+    ErrorShape::for_path(path).response(ApiError::unauthorized(msg))
+}
+
+/// Middleware: with keys configured, requires a known key and files the request under its
+/// tenant (the `Caller` extension).
+pub async fn require_key(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+    let tenants = state.tenants();
+    if tenants.required() {
+        let given = presented_key(req.headers());
+        let Some(tenant) = given.and_then(|k| tenants.resolve(k)) else {
+            return refused(&state, given, req.uri().path());
+        };
+        tracing::Span::current().record("tenant", tenant.name.as_str());
+        req.extensions_mut().insert(Caller(tenant));
+    }
+    next.run(req).await
+}
+
+/// Middleware of `/metrics`: with `--metrics-api-key`, requires that key.
+pub async fn require_metrics_key(
+    State(state): State<AppState>,
+    req: Request,
+    next: Next,
+) -> Response {
+    if let Some(expected) = state.metrics_key_digest() {
+        let given = presented_key(req.headers());
+        let ok = given.is_some_and(|g| constant_time_eq(&key_digest(g), expected));
+        if !ok {
+            return refused(&state, given, req.uri().path());
+        }
+    }
+    next.run(req).await
+}

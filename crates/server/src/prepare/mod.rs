@@ -1,0 +1,12 @@
+//! Stage 3, an API request -> a `ValidRequest`: the shared fields checked into engine
+//! parameters, chat messages through the template, tools, constraints, the LoRA adapter and KV
+//! transfer, all refused with a `ValidationError` naming the field, before any compute.
+
+pub mod blocking;
+pub mod chat_prompt;
+pub mod constraints;
+pub mod kv_transfer;
+pub mod tools;
+pub mod valid_request;
+pub mod validate;
+pub mod validation_error;
