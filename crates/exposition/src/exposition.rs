@@ -63,7 +63,8 @@ impl Exposition {
         self.metric(name, help, kind, family);
     }
 
-    /// A counter of one series.
+    /// A counter of one series. Like every name here, `name` is the exported one: a counter's
+    /// ends in `_total` (prometheus-client gives the suffix to any that lacks it).
     pub fn counter(&mut self, name: &str, help: &str, labels: Labels, v: impl Into<Value>) {
         self.scraped(name, help, Scraped::counters([(labels, v.into())]));
     }

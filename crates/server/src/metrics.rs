@@ -393,6 +393,25 @@ mod tests {
     }
 
     #[test]
+    fn the_embedding_batcher_counts_passes_and_inputs() {
+        // The names-and-types test has no encoder model: these two families are checked here.
+        let stats = crate::embedder::EmbedderStats::default();
+        stats.passes.store(2, Ordering::Relaxed);
+        stats.inputs.store(5, Ordering::Relaxed);
+        let mut e = Exposition::new();
+        render_embedder(&mut e, &stats, "m");
+        let text = e.encode();
+        for line in [
+            "# TYPE pagoda:embedding_forward_passes_total counter",
+            "pagoda:embedding_forward_passes_total{model_name=\"m\"} 2",
+            "# TYPE pagoda:embedding_inputs_total counter",
+            "pagoda:embedding_inputs_total{model_name=\"m\"} 5",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+        }
+    }
+
+    #[test]
     fn cache_config_names_the_kv_dtype_and_bytes_per_token() {
         let kv = pagoda_model::KvReport {
             dtype: pagoda_model::KvCacheDtype::Int8,
