@@ -2,8 +2,9 @@
 //! health, requests, errors, times chosen, in flight and indexed blocks; the prefix blocks the
 //! index promised against the prompts' blocks; retries and balance overrides.
 
-use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use pagoda_exposition::{Exposition, Labels, Scraped};
 
 use crate::policy::Choice;
 use crate::pool::Pool;
@@ -36,9 +37,8 @@ impl RouterMetrics {
         self.retries.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The exposition text.
-    pub fn render(&self, pool: &Pool, policy: &str) -> String {
-        let mut out = String::new();
+    /// The router's families.
+    pub fn render(&self, e: &mut Exposition, pool: &Pool, policy: &str) {
         let workers = pool.workers();
         let per_worker: [PerWorker; 7] = [
             (
@@ -85,57 +85,54 @@ impl RouterMetrics {
             ),
         ];
         for (name, kind, help, get) in per_worker {
-            let _ = writeln!(out, "# HELP pagoda_router:{name} {help}");
-            let _ = writeln!(out, "# TYPE pagoda_router:{name} {kind}");
-            for w in &workers {
-                let label = escape(w.url());
-                let _ = if name == "chosen_total" {
-                    writeln!(
-                        out,
-                        "pagoda_router:{name}{{worker=\"{label}\",policy=\"{policy}\"}} {}",
-                        get(w)
-                    )
-                } else {
-                    writeln!(out, "pagoda_router:{name}{{worker=\"{label}\"}} {}", get(w))
-                };
-            }
+            let series = workers.iter().map(|w| {
+                let mut labels = worker_labels(w);
+                if name == "chosen_total" {
+                    labels.push(("policy", policy.to_owned()));
+                }
+                (labels, get(w).into())
+            });
+            let family = match kind {
+                "counter" => Scraped::counters(series),
+                _ => Scraped::gauges(series),
+            };
+            e.scraped(&format!("pagoda_router:{name}"), help, family);
         }
-        let _ = writeln!(
-            out,
-            "# HELP pagoda_router:worker_health 1 for the replica's current health."
+        e.scraped(
+            "pagoda_router:worker_health",
+            "1 for the replica's current health.",
+            health(&workers),
         );
-        let _ = writeln!(out, "# TYPE pagoda_router:worker_health gauge");
-        for w in &workers {
-            let _ = writeln!(
-                out,
-                "pagoda_router:worker_health{{worker=\"{}\",health=\"{}\"}} 1",
-                escape(w.url()),
-                w.health().name()
-            );
-        }
         for (name, help, v) in [
             (
-                "retries_total",
+                "pagoda_router:retries_total",
                 "Attempts after a replica failed before its first byte.",
                 &self.retries,
             ),
             (
-                "balance_overrides_total",
+                "pagoda_router:balance_overrides_total",
                 "Cache-aware choices overridden because load was skewed.",
                 &self.balance_overrides,
             ),
         ] {
-            let _ = writeln!(out, "# HELP pagoda_router:{name} {help}");
-            let _ = writeln!(out, "# TYPE pagoda_router:{name} counter");
-            let _ = writeln!(out, "pagoda_router:{name} {}", v.load(Ordering::Relaxed));
+            e.counter(name, help, Vec::new(), v.load(Ordering::Relaxed));
         }
-        out
     }
 }
 
 /// A per-replica series: name, type, help, and how to read it.
 type PerWorker = (&'static str, &'static str, &'static str, fn(&Worker) -> u64);
 
-fn escape(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('"', "\\\"")
+/// The `worker` label: the replica's URL.
+fn worker_labels(w: &Worker) -> Labels {
+    vec![("worker", w.url().to_owned())]
+}
+
+/// A series of value 1 per replica, labelled with its current health.
+pub(crate) fn health(workers: &[std::sync::Arc<Worker>]) -> Scraped {
+    Scraped::gauges(workers.iter().map(|w| {
+        let mut labels = worker_labels(w);
+        labels.push(("health", w.health().name().to_owned()));
+        (labels, 1u64.into())
+    }))
 }

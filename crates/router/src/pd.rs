@@ -12,6 +12,7 @@ use std::time::Instant;
 use axum::http::{HeaderMap, Method};
 use axum::response::Response;
 use bytes::Bytes;
+use pagoda_exposition::Exposition;
 use serde_json::{Value, json};
 
 use crate::proxy::{forward, forward_from, forwarded_headers};
@@ -33,49 +34,39 @@ pub struct PdMetrics {
 }
 
 impl PdMetrics {
-    /// Appends the `pagoda_router:pd_*` series and the prefill replicas' health.
-    pub fn render(&self, out: &mut String, prefill: &crate::pool::Pool) {
-        use std::fmt::Write;
+    /// The `pagoda_router:pd_*` families and the prefill replicas' health.
+    pub fn render(&self, e: &mut Exposition, prefill: &crate::pool::Pool) {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         for (name, help, v) in [
             (
-                "pd_remote_total",
+                "pagoda_router:pd_remote_total",
                 "Requests prefilled on a prefill replica, decoded on a decode replica.",
                 get(&self.remote),
             ),
             (
-                "pd_local_total",
+                "pagoda_router:pd_local_total",
                 "Requests under --pd-threshold uncached tokens, prefilled on their decode replica.",
                 get(&self.local),
             ),
             (
-                "pd_prefill_failures_total",
+                "pagoda_router:pd_prefill_failures_total",
                 "Prefill hops that failed (the decode replica prefilled instead).",
                 get(&self.prefill_failures),
             ),
         ] {
-            let _ = writeln!(
-                out,
-                "# HELP pagoda_router:{name} {help}\n# TYPE pagoda_router:{name} counter\npagoda_router:{name} {v}"
-            );
+            e.counter(name, help, Vec::new(), v);
         }
-        let secs = get(&self.prefill_micros) as f64 / 1e6;
-        let _ = writeln!(
-            out,
-            "# HELP pagoda_router:pd_prefill_seconds_total Time spent in prefill hops.\n# TYPE pagoda_router:pd_prefill_seconds_total counter\npagoda_router:pd_prefill_seconds_total {secs}"
+        e.counter(
+            "pagoda_router:pd_prefill_seconds_total",
+            "Time spent in prefill hops.",
+            Vec::new(),
+            get(&self.prefill_micros) as f64 / 1e6,
         );
-        let _ = writeln!(
-            out,
-            "# HELP pagoda_router:pd_prefill_worker_health 1 for each prefill replica's current health.\n# TYPE pagoda_router:pd_prefill_worker_health gauge"
+        e.scraped(
+            "pagoda_router:pd_prefill_worker_health",
+            "1 for each prefill replica's current health.",
+            crate::metrics::health(&prefill.workers()),
         );
-        for w in prefill.workers() {
-            let url = w.url().replace('\\', "\\\\").replace('"', "\\\"");
-            let _ = writeln!(
-                out,
-                "pagoda_router:pd_prefill_worker_health{{worker=\"{url}\",health=\"{}\"}} 1",
-                w.health().name()
-            );
-        }
     }
 }
 

@@ -112,15 +112,14 @@ async fn ready(State(s): State<AppState>) -> Response {
 }
 
 async fn metrics(State(s): State<AppState>) -> Response {
+    let mut e = pagoda_exposition::Exposition::new();
+    s.metrics.render(&mut e, &s.pool, s.policy_kind.name());
+    if !s.prefill.workers().is_empty() {
+        s.pd_metrics.render(&mut e, &s.prefill);
+    }
     (
-        [("content-type", "text/plain; version=0.0.4; charset=utf-8")],
-        {
-            let mut text = s.metrics.render(&s.pool, s.policy_kind.name());
-            if !s.prefill.workers().is_empty() {
-                s.pd_metrics.render(&mut text, &s.prefill);
-            }
-            text
-        },
+        [("content-type", pagoda_exposition::CONTENT_TYPE)],
+        e.encode(),
     )
         .into_response()
 }

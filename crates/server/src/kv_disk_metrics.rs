@@ -3,21 +3,15 @@
 //! writer's queue was full), and what the store holds now.
 
 use pagoda_core::kv::KvTierStats;
+use pagoda_exposition::Exposition;
 
-use crate::metrics::counter;
+use crate::metrics::model_labels;
 
-pub(crate) fn render(out: &mut String, label: &str, s: &KvTierStats) {
-    let gauge = |out: &mut String, name: &str, help: &str, v: u64| {
-        use std::fmt::Write;
-        let _ = writeln!(
-            out,
-            "# HELP {name} {help}\n# TYPE {name} gauge\n{name}{{{label}}} {v}"
-        );
-    };
-    gauge(
-        out,
+pub(crate) fn render(e: &mut Exposition, model_name: &str, s: &KvTierStats) {
+    e.gauge(
         "pagoda:kv_disk_enabled",
         "1 while the disk tier of the prefix cache is on (a full disk turns it off).",
+        model_labels(model_name),
         u64::from(s.enabled),
     );
     for (name, help, v) in [
@@ -57,18 +51,18 @@ pub(crate) fn render(out: &mut String, label: &str, s: &KvTierStats) {
             s.bytes_read,
         ),
     ] {
-        counter(out, name, help, label, v);
+        e.counter(name, help, model_labels(model_name), v);
     }
-    gauge(
-        out,
+    e.gauge(
         "pagoda:kv_disk_blocks",
         "Block files on disk now.",
+        model_labels(model_name),
         s.blocks_stored,
     );
-    gauge(
-        out,
+    e.gauge(
         "pagoda:kv_disk_bytes",
         "Bytes of block files on disk now.",
+        model_labels(model_name),
         s.bytes_stored,
     );
 }
@@ -85,8 +79,9 @@ mod tests {
             bytes_stored: 4096,
             ..Default::default()
         };
-        let mut out = String::new();
-        super::render(&mut out, "model_name=\"m\"", &s);
+        let mut e = pagoda_exposition::Exposition::new();
+        super::render(&mut e, "m", &s);
+        let out = e.encode();
         for line in [
             "pagoda:kv_disk_enabled{model_name=\"m\"} 1",
             "pagoda:kv_disk_hits_total{model_name=\"m\"} 3",

@@ -2,18 +2,22 @@
 //! sent and received, failed transfers, decode requests that fell back to a local prefill,
 //! transfers in flight and the received blocks waiting to be claimed.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
+use pagoda_exposition::Exposition;
 use pagoda_model::KvTransferCounters;
 
-use crate::metrics::counter;
+use crate::metrics::model_labels;
 
-pub(crate) fn render(out: &mut String, label: &str, role: &str, c: &KvTransferCounters) {
-    use std::fmt::Write;
-    let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
-    let _ = writeln!(
-        out,
-        "# HELP pagoda:kv_transfer_role_info This replica's --kv-role.\n# TYPE pagoda:kv_transfer_role_info gauge\npagoda:kv_transfer_role_info{{{label},role=\"{role}\"}} 1"
+pub(crate) fn render(e: &mut Exposition, model_name: &str, role: &str, c: &KvTransferCounters) {
+    let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    let mut role_labels = model_labels(model_name);
+    role_labels.push(("role", role.to_owned()));
+    e.gauge(
+        "pagoda:kv_transfer_role_info",
+        "This replica's --kv-role.",
+        role_labels,
+        1u64,
     );
     for (name, help, v) in [
         (
@@ -52,12 +56,13 @@ pub(crate) fn render(out: &mut String, label: &str, role: &str, c: &KvTransferCo
             get(&c.fallbacks),
         ),
     ] {
-        counter(out, name, help, label, v);
+        e.counter(name, help, model_labels(model_name), v);
     }
-    let secs = get(&c.receive_micros) as f64 / 1e6;
-    let _ = writeln!(
-        out,
-        "# HELP pagoda:kv_transfer_receive_seconds_total Time from transfers' first to last frame (bytes received / this = throughput).\n# TYPE pagoda:kv_transfer_receive_seconds_total counter\npagoda:kv_transfer_receive_seconds_total{{{label}}} {secs}"
+    e.counter(
+        "pagoda:kv_transfer_receive_seconds_total",
+        "Time from transfers' first to last frame (bytes received / this = throughput).",
+        model_labels(model_name),
+        get(&c.receive_micros) as f64 / 1e6,
     );
     for (name, help, v) in [
         (
@@ -76,9 +81,6 @@ pub(crate) fn render(out: &mut String, label: &str, role: &str, c: &KvTransferCo
             get(&c.buffered_bytes),
         ),
     ] {
-        let _ = writeln!(
-            out,
-            "# HELP {name} {help}\n# TYPE {name} gauge\n{name}{{{label}}} {v}"
-        );
+        e.gauge(name, help, model_labels(model_name), v);
     }
 }

@@ -1,15 +1,11 @@
 //! Prometheus text exposition of the server's metrics, named like vLLM's (`vllm:` becomes
 //! `pagoda:`): latency and length histograms observed per request here, gauges and token
-//! counters read from the engine's stats at scrape time.
-//!
-//! Histograms are written by hand (fixed buckets behind a mutex): a dozen series do not justify
-//! a metrics crate and its registry machinery.
+//! counters read from the engine's stats at scrape time. pagoda-exposition writes the text.
 
-use std::fmt::Write;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use pagoda_core::EngineStats;
+use pagoda_exposition::{Exposition, Histogram, Labels, Scraped};
 
 /// vLLM's latency buckets (vllm/v1/metrics/loggers.py), in seconds.
 const LATENCY_BUCKETS: &[f64] = &[
@@ -34,63 +30,6 @@ pub const REJECT_REASONS: &[&str] = &[
     "unavailable",
 ];
 
-struct HistogramData {
-    /// Per bucket (not cumulative); the last slot is +Inf.
-    counts: Vec<u64>,
-    sum: f64,
-    count: u64,
-}
-
-/// A fixed-bucket histogram.
-pub struct Histogram {
-    name: &'static str,
-    help: &'static str,
-    bounds: &'static [f64],
-    data: Mutex<HistogramData>,
-}
-
-impl Histogram {
-    fn new(name: &'static str, help: &'static str, bounds: &'static [f64]) -> Self {
-        Self {
-            name,
-            help,
-            bounds,
-            data: Mutex::new(HistogramData {
-                counts: vec![0; bounds.len() + 1],
-                sum: 0.0,
-                count: 0,
-            }),
-        }
-    }
-
-    pub fn observe(&self, value: f64) {
-        let slot = self
-            .bounds
-            .iter()
-            .position(|&b| value <= b)
-            .unwrap_or(self.bounds.len());
-        if let Ok(mut d) = self.data.lock() {
-            d.counts[slot] += 1;
-            d.sum += value;
-            d.count += 1;
-        }
-    }
-
-    fn render(&self, out: &mut String) {
-        let Ok(d) = self.data.lock() else { return };
-        let _ = writeln!(out, "# HELP {} {}", self.name, self.help);
-        let _ = writeln!(out, "# TYPE {} histogram", self.name);
-        let mut cumulative = 0;
-        for (bound, count) in self.bounds.iter().zip(&d.counts) {
-            cumulative += count;
-            let _ = writeln!(out, "{}_bucket{{le=\"{bound}\"}} {cumulative}", self.name);
-        }
-        let _ = writeln!(out, "{}_bucket{{le=\"+Inf\"}} {}", self.name, d.count);
-        let _ = writeln!(out, "{}_sum {}", self.name, d.sum);
-        let _ = writeln!(out, "{}_count {}", self.name, d.count);
-    }
-}
-
 /// Everything the server observes itself (the engine's counters are read at scrape time).
 pub struct Metrics {
     pub time_to_first_token: Histogram,
@@ -112,42 +51,16 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Self {
+        let latency = || Histogram::new(LATENCY_BUCKETS.iter().copied());
+        let length = || Histogram::new(LENGTH_BUCKETS.iter().copied());
         Self {
-            time_to_first_token: Histogram::new(
-                "pagoda:time_to_first_token_seconds",
-                "Histogram of time to first token in seconds.",
-                LATENCY_BUCKETS,
-            ),
-            inter_token_latency: Histogram::new(
-                "pagoda:inter_token_latency_seconds",
-                "Histogram of inter-token latency in seconds.",
-                LATENCY_BUCKETS,
-            ),
-            time_per_output_token: Histogram::new(
-                "pagoda:request_time_per_output_token_seconds",
-                "Histogram of time per output token in seconds, per request.",
-                LATENCY_BUCKETS,
-            ),
-            e2e_latency: Histogram::new(
-                "pagoda:e2e_request_latency_seconds",
-                "Histogram of end-to-end request latency in seconds.",
-                LATENCY_BUCKETS,
-            ),
-            queue_time: Histogram::new(
-                "pagoda:request_queue_time_seconds",
-                "Histogram of time spent waiting before the first step, in seconds.",
-                LATENCY_BUCKETS,
-            ),
-            prompt_tokens: Histogram::new(
-                "pagoda:request_prompt_tokens",
-                "Number of prompt tokens per request.",
-                LENGTH_BUCKETS,
-            ),
-            generation_tokens: Histogram::new(
-                "pagoda:request_generation_tokens",
-                "Number of generated tokens per request.",
-                LENGTH_BUCKETS,
-            ),
+            time_to_first_token: latency(),
+            inter_token_latency: latency(),
+            time_per_output_token: latency(),
+            e2e_latency: latency(),
+            queue_time: latency(),
+            prompt_tokens: length(),
+            generation_tokens: length(),
             finished: Default::default(),
             rejected: Default::default(),
         }
@@ -167,298 +80,273 @@ impl Metrics {
         }
     }
 
-    /// The whole exposition, with the engine's gauges and counters from `stats`.
-    pub fn render(&self, stats: Option<&EngineStats>, model_name: &str) -> String {
-        let mut out = String::with_capacity(8192);
-        let label = model_label(model_name);
+    /// The server's own families, with the engine's gauges and counters from `stats`.
+    pub fn render(&self, e: &mut Exposition, stats: Option<&EngineStats>, model_name: &str) {
+        let label = || model_labels(model_name);
         if let Some(s) = stats {
-            gauge(
-                &mut out,
-                "pagoda:num_requests_running",
-                "Requests in the running batch.",
-                &label,
-                s.num_running as f64,
-            );
-            gauge(
-                &mut out,
-                "pagoda:num_requests_waiting",
-                "Requests waiting to be scheduled.",
-                &label,
-                s.num_waiting as f64,
-            );
-            gauge(
-                &mut out,
+            for (name, help, v) in [
+                (
+                    "pagoda:num_requests_running",
+                    "Requests in the running batch.",
+                    s.num_running as u64,
+                ),
+                (
+                    "pagoda:num_requests_waiting",
+                    "Requests waiting to be scheduled.",
+                    s.num_waiting as u64,
+                ),
+            ] {
+                e.gauge(name, help, label(), v);
+            }
+            e.gauge(
                 "pagoda:kv_cache_usage_perc",
                 "KV-cache usage: 1 means 100 percent.",
-                &label,
+                label(),
                 s.kv_usage,
             );
-            gauge(
-                &mut out,
+            e.gauge(
                 "pagoda:kv_cache_num_blocks",
                 "Blocks in the KV-cache pool.",
-                &label,
-                s.num_blocks as f64,
+                label(),
+                s.num_blocks as u64,
             );
-            kv_groups(&mut out, &label, &s.kv_groups);
-            counter(
-                &mut out,
-                "pagoda:prompt_tokens_total",
-                "Prompt tokens processed (prefill).",
-                &label,
-                s.prompt_tokens,
-            );
-            counter(
-                &mut out,
-                "pagoda:generation_tokens_total",
-                "Tokens generated.",
-                &label,
-                s.generation_tokens,
-            );
-            counter(
-                &mut out,
-                "pagoda:prefix_cache_queries_total",
-                "Prompt tokens looked up in the prefix cache.",
-                &label,
-                s.prefix_queried_tokens,
-            );
-            counter(
-                &mut out,
-                "pagoda:prefix_cache_hits_total",
-                "Prompt tokens found in the prefix cache.",
-                &label,
-                s.prefix_hit_tokens,
-            );
-            counter(
-                &mut out,
-                "pagoda:num_preemptions_total",
-                "Sequences preempted for lack of KV blocks.",
-                &label,
-                s.preemptions,
-            );
-            counter(
-                &mut out,
-                "pagoda:num_context_shifts_total",
-                "Sequences that reached max_model_len and went on after a context shift.",
-                &label,
-                s.context_shifts,
-            );
-            counter(
-                &mut out,
-                "pagoda:engine_steps_total",
-                "Engine steps run.",
-                &label,
-                s.steps,
-            );
+            kv_groups(e, model_name, &s.kv_groups);
+            for (name, help, v) in [
+                (
+                    "pagoda:prompt_tokens_total",
+                    "Prompt tokens processed (prefill).",
+                    s.prompt_tokens,
+                ),
+                (
+                    "pagoda:generation_tokens_total",
+                    "Tokens generated.",
+                    s.generation_tokens,
+                ),
+                (
+                    "pagoda:prefix_cache_queries_total",
+                    "Prompt tokens looked up in the prefix cache.",
+                    s.prefix_queried_tokens,
+                ),
+                (
+                    "pagoda:prefix_cache_hits_total",
+                    "Prompt tokens found in the prefix cache.",
+                    s.prefix_hit_tokens,
+                ),
+                (
+                    "pagoda:num_preemptions_total",
+                    "Sequences preempted for lack of KV blocks.",
+                    s.preemptions,
+                ),
+                (
+                    "pagoda:num_context_shifts_total",
+                    "Sequences that reached max_model_len and went on after a context shift.",
+                    s.context_shifts,
+                ),
+                ("pagoda:engine_steps_total", "Engine steps run.", s.steps),
+            ] {
+                e.counter(name, help, label(), v);
+            }
             if let Some(spec) = &s.spec {
-                crate::spec_metrics::render(&mut out, &label, spec);
+                crate::spec_metrics::render(e, model_name, spec);
             }
             if let Some(tier) = &s.kv_tier {
-                crate::kv_disk_metrics::render(&mut out, &label, tier);
+                crate::kv_disk_metrics::render(e, model_name, tier);
             }
         }
-        labelled_counter(
-            &mut out,
+        e.scraped(
             "pagoda:request_success_total",
             "Finished requests by finish reason.",
-            &label,
-            "finished_reason",
-            FINISH_REASONS,
-            &self.finished,
+            by_reason(
+                model_name,
+                "finished_reason",
+                FINISH_REASONS,
+                &self.finished,
+            ),
         );
-        labelled_counter(
-            &mut out,
+        e.scraped(
             "pagoda:request_rejected_total",
             "Requests answered with an error before generation, by reason.",
-            &label,
-            "reason",
-            REJECT_REASONS,
-            &self.rejected,
+            by_reason(model_name, "reason", REJECT_REASONS, &self.rejected),
         );
-        for h in [
-            &self.time_to_first_token,
-            &self.inter_token_latency,
-            &self.time_per_output_token,
-            &self.e2e_latency,
-            &self.queue_time,
-            &self.prompt_tokens,
-            &self.generation_tokens,
+        for (name, help, h) in [
+            (
+                "pagoda:time_to_first_token_seconds",
+                "Histogram of time to first token in seconds.",
+                &self.time_to_first_token,
+            ),
+            (
+                "pagoda:inter_token_latency_seconds",
+                "Histogram of inter-token latency in seconds.",
+                &self.inter_token_latency,
+            ),
+            (
+                "pagoda:request_time_per_output_token_seconds",
+                "Histogram of time per output token in seconds, per request.",
+                &self.time_per_output_token,
+            ),
+            (
+                "pagoda:e2e_request_latency_seconds",
+                "Histogram of end-to-end request latency in seconds.",
+                &self.e2e_latency,
+            ),
+            (
+                "pagoda:request_queue_time_seconds",
+                "Histogram of time spent waiting before the first step, in seconds.",
+                &self.queue_time,
+            ),
+            (
+                "pagoda:request_prompt_tokens",
+                "Number of prompt tokens per request.",
+                &self.prompt_tokens,
+            ),
+            (
+                "pagoda:request_generation_tokens",
+                "Number of generated tokens per request.",
+                &self.generation_tokens,
+            ),
         ] {
-            h.render(&mut out);
+            e.histogram(name, help, h);
         }
-        out
     }
 }
 
 /// The `model_name` label every series carries.
-pub fn model_label(model_name: &str) -> String {
-    format!("model_name=\"{}\"", escape_label(model_name))
+pub fn model_labels(model_name: &str) -> Labels {
+    vec![("model_name", model_name.to_owned())]
 }
 
-fn escape_label(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+/// One series per reason (all of them, zeros included, so rates start at the first scrape).
+fn by_reason(
+    model_name: &str,
+    key: &'static str,
+    reasons: &[&str],
+    counts: &[AtomicU64],
+) -> Scraped {
+    Scraped::counters(reasons.iter().zip(counts).map(|(r, c)| {
+        let mut labels = model_labels(model_name);
+        labels.push((key, (*r).to_owned()));
+        (labels, c.load(Ordering::Relaxed).into())
+    }))
 }
 
 /// Blocks held by each KV group (full attention, or a sliding window that gives back blocks).
-fn kv_groups(out: &mut String, label: &str, groups: &[pagoda_core::KvGroupUsage]) {
-    let name = "pagoda:kv_cache_group_blocks";
-    let _ = writeln!(
-        out,
-        "# HELP {name} KV blocks held per layer group (a block holds that group's layers).\n# TYPE {name} gauge"
-    );
-    for (i, g) in groups.iter().enumerate() {
+fn kv_groups(e: &mut Exposition, model_name: &str, groups: &[pagoda_core::KvGroupUsage]) {
+    let series = groups.iter().enumerate().map(|(i, g)| {
         let attention = g
             .sliding_window
             .map_or_else(|| "full".to_string(), |w| format!("sliding_{w}"));
-        let _ = writeln!(
-            out,
-            "{name}{{{label},group=\"{i}\",attention=\"{attention}\"}} {}",
-            g.blocks
-        );
-    }
-}
-
-fn gauge(out: &mut String, name: &str, help: &str, label: &str, v: f64) {
-    let _ = writeln!(
-        out,
-        "# HELP {name} {help}\n# TYPE {name} gauge\n{name}{{{label}}} {v}"
+        let mut labels = model_labels(model_name);
+        labels.push(("group", i.to_string()));
+        labels.push(("attention", attention));
+        (labels, (g.blocks as u64).into())
+    });
+    e.scraped(
+        "pagoda:kv_cache_group_blocks",
+        "KV blocks held per layer group (a block holds that group's layers).",
+        Scraped::gauges(series),
     );
 }
 
 /// The KV pool's configuration as an info metric (vLLM's `cache_config_info`: labels carry the
 /// values, the sample is 1) and its capacity in tokens.
 pub fn render_cache_config(
-    out: &mut String,
+    e: &mut Exposition,
     kv: &pagoda_model::KvReport,
     prefix_caching: bool,
     model_name: &str,
 ) {
     // vLLM's label names (`cache_dtype`, `num_gpu_blocks`): the Inference Extension's endpoint
     // picker and llm-d read `block_size` and `num_gpu_blocks` from `vllm:cache_config_info`.
-    let label = format!(
-        "model_name=\"{}\",block_size=\"{}\",cache_dtype=\"{}\",enable_prefix_caching=\"{}\",\
-         num_gpu_blocks=\"{}\",num_cpu_blocks=\"0\",kv_bytes_per_token=\"{}\",max_model_len=\"{}\"",
-        escape_label(model_name),
-        kv.block_size,
-        kv.dtype.name(),
-        prefix_caching,
-        kv.num_blocks,
-        kv.bytes_per_token,
-        kv.max_model_len,
-    );
-    gauge(
-        out,
+    let labels = vec![
+        ("model_name", model_name.to_owned()),
+        ("block_size", kv.block_size.to_string()),
+        ("cache_dtype", kv.dtype.name().to_owned()),
+        ("enable_prefix_caching", prefix_caching.to_string()),
+        ("num_gpu_blocks", kv.num_blocks.to_string()),
+        ("num_cpu_blocks", "0".to_owned()),
+        ("kv_bytes_per_token", kv.bytes_per_token.to_string()),
+        ("max_model_len", kv.max_model_len.to_string()),
+    ];
+    e.gauge(
         "pagoda:cache_config_info",
         "KV cache configuration (in the labels).",
-        &label,
-        1.0,
+        labels,
+        1u64,
     );
-    let label = format!("model_name=\"{}\"", escape_label(model_name));
-    gauge(
-        out,
+    e.gauge(
         "pagoda:kv_cache_capacity_tokens",
         "Tokens the KV pool holds.",
-        &label,
-        kv.max_tokens_in_pool as f64,
+        model_labels(model_name),
+        kv.max_tokens_in_pool as u64,
     );
 }
 
 /// The embedding batcher's counters: forward passes and the inputs they embedded (their ratio
 /// is the batch size concurrent requests reached).
-pub fn render_embedder(stats: &crate::model::embedder::EmbedderStats, model_name: &str) -> String {
-    use std::sync::atomic::Ordering;
-    let mut out = String::new();
-    let label = model_label(model_name);
-    counter(
-        &mut out,
+pub fn render_embedder(
+    e: &mut Exposition,
+    stats: &crate::model::embedder::EmbedderStats,
+    model_name: &str,
+) {
+    e.counter(
         "pagoda:embedding_forward_passes_total",
         "Encoder forward passes run by the embedding batcher.",
-        &label,
+        model_labels(model_name),
         stats.passes.load(Ordering::Relaxed),
     );
-    counter(
-        &mut out,
+    e.counter(
         "pagoda:embedding_inputs_total",
         "Inputs embedded.",
-        &label,
+        model_labels(model_name),
         stats.inputs.load(Ordering::Relaxed),
     );
-    out
 }
 
 /// vLLM's `lora_requests_info` gauge (value: the scrape time, labels: the step limit and the
 /// comma-joined adapters of running and waiting requests), so LoRA-aware routers built for
 /// vLLM read it unchanged; and requests per adapter.
 pub fn render_loras(
-    out: &mut String,
+    e: &mut Exposition,
     stats: &EngineStats,
     loras: &crate::model::loras::LoraRegistry,
 ) {
     let join = |names: &[std::sync::Arc<str>]| {
         let v: Vec<&str> = names.iter().map(|n| &**n).collect();
-        escape_label(&v.join(","))
+        v.join(",")
     };
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64());
-    let label = format!(
-        "max_lora=\"{}\",running_lora_adapters=\"{}\",waiting_lora_adapters=\"{}\"",
-        loras.config().max_loras,
-        join(&stats.running_loras),
-        join(&stats.waiting_loras)
-    );
-    gauge(
-        out,
+    let labels = vec![
+        ("max_lora", loras.config().max_loras.to_string()),
+        ("running_lora_adapters", join(&stats.running_loras)),
+        ("waiting_lora_adapters", join(&stats.waiting_loras)),
+    ];
+    e.gauge(
         "pagoda:lora_requests_info",
         "Running stats on lora requests.",
-        &label,
+        labels,
         now,
     );
-    let name = "pagoda:lora_requests_total";
-    let _ = writeln!(
-        out,
-        "# HELP {name} Requests that named each LoRA adapter.\n# TYPE {name} counter"
+    let series = loras.list().into_iter().map(|(adapter, _, requests, _)| {
+        (vec![("lora_name", adapter.to_string())], requests.into())
+    });
+    e.scraped(
+        "pagoda:lora_requests_total",
+        "Requests that named each LoRA adapter.",
+        Scraped::counters(series),
     );
-    for (adapter, _, requests, _) in loras.list() {
-        let _ = writeln!(
-            out,
-            "{name}{{lora_name=\"{}\"}} {requests}",
-            escape_label(&adapter)
-        );
-    }
-}
-
-pub(crate) fn counter(out: &mut String, name: &str, help: &str, label: &str, v: u64) {
-    let _ = writeln!(
-        out,
-        "# HELP {name} {help}\n# TYPE {name} counter\n{name}{{{label}}} {v}"
-    );
-}
-
-fn labelled_counter(
-    out: &mut String,
-    name: &str,
-    help: &str,
-    label: &str,
-    key: &str,
-    values: &[&str],
-    counts: &[AtomicU64],
-) {
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-    for (v, c) in values.iter().zip(counts) {
-        let _ = writeln!(
-            out,
-            "{name}{{{label},{key}=\"{v}\"}} {}",
-            c.load(Ordering::Relaxed)
-        );
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn render(m: &Metrics, stats: Option<&EngineStats>, model_name: &str) -> String {
+        let mut e = Exposition::new();
+        m.render(&mut e, stats, model_name);
+        e.encode()
+    }
 
     #[test]
     fn histogram_buckets_are_cumulative() {
@@ -466,7 +354,7 @@ mod tests {
         for v in [0.0005, 0.003, 0.003, 1000.0, 5000.0] {
             m.e2e_latency.observe(v);
         }
-        let text = m.render(None, "m");
+        let text = render(&m, None, "m");
         assert!(text.contains("pagoda:e2e_request_latency_seconds_bucket{le=\"0.001\"} 1\n"));
         assert!(text.contains("pagoda:e2e_request_latency_seconds_bucket{le=\"0.005\"} 3\n"));
         assert!(text.contains("pagoda:e2e_request_latency_seconds_bucket{le=\"2560\"} 4\n"));
@@ -494,7 +382,7 @@ mod tests {
             ],
             ..Default::default()
         };
-        let text = m.render(Some(&stats), "a\"b");
+        let text = render(&m, Some(&stats), "a\"b");
         assert!(text.contains(
             "pagoda:request_success_total{model_name=\"a\\\"b\",finished_reason=\"length\"} 1"
         ));
@@ -506,6 +394,25 @@ mod tests {
         assert!(text.contains(
             "pagoda:kv_cache_group_blocks{model_name=\"a\\\"b\",group=\"1\",attention=\"sliding_512\"} 7"
         ));
+    }
+
+    #[test]
+    fn the_embedding_batcher_counts_passes_and_inputs() {
+        // The names-and-types test has no encoder model: these two families are checked here.
+        let stats = crate::model::embedder::EmbedderStats::default();
+        stats.passes.store(2, Ordering::Relaxed);
+        stats.inputs.store(5, Ordering::Relaxed);
+        let mut e = Exposition::new();
+        render_embedder(&mut e, &stats, "m");
+        let text = e.encode();
+        for line in [
+            "# TYPE pagoda:embedding_forward_passes_total counter",
+            "pagoda:embedding_forward_passes_total{model_name=\"m\"} 2",
+            "# TYPE pagoda:embedding_inputs_total counter",
+            "pagoda:embedding_inputs_total{model_name=\"m\"} 5",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+        }
     }
 
     #[test]
@@ -522,8 +429,9 @@ mod tests {
             num_sliding_groups: 0,
             layers_per_block: 30,
         };
-        let mut text = String::new();
-        render_cache_config(&mut text, &kv, true, "m");
+        let mut e = Exposition::new();
+        render_cache_config(&mut e, &kv, true, "m");
+        let text = e.encode();
         assert!(text.contains(
             "pagoda:cache_config_info{model_name=\"m\",block_size=\"16\",cache_dtype=\"int8\",\
              enable_prefix_caching=\"true\",num_gpu_blocks=\"100\",num_cpu_blocks=\"0\",\

@@ -2,9 +2,8 @@
 //! second time under their `vllm:` names, so tools that read vLLM's metrics (the Gateway API
 //! Inference Extension's endpoint picker, llm-d's scorers, vLLM dashboards) work unchanged.
 //!
-//! The copy is made from the rendered exposition, so both names always carry the same value.
+//! Each copy is the same metric registered under a second name, so both carry the same value.
 
-use std::fmt::Write;
 use std::str::FromStr;
 
 /// Which extra metric names `/metrics` exports.
@@ -61,95 +60,46 @@ const VLLM_FAMILIES: &[&str] = &[
 /// vLLM before 0.10 (and endpoint pickers configured for it) read KV usage under this name.
 const OLD_KV_USAGE: &str = "gpu_cache_usage_perc";
 
-/// The `vllm:` copies of the families in `text` that vLLM has, to append to it.
-pub fn mirror_vllm(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() / 2);
-    for line in text.lines() {
-        let (meta, rest) = match line.strip_prefix("# ") {
-            Some(r) => match r.split_once(' ') {
-                Some((kind @ ("HELP" | "TYPE"), rest)) => (Some(kind), rest),
-                _ => continue,
-            },
-            None => (None, line),
-        };
-        let Some(after) = rest.strip_prefix("pagoda:") else {
-            continue;
-        };
-        let name_len = after.find(['{', ' ']).unwrap_or(after.len());
-        let family = family_of(&after[..name_len]);
-        if !VLLM_FAMILIES.contains(&family) {
-            continue;
-        }
-        let mut emit = |name_and_rest: &str| match meta {
-            Some(kind) => {
-                let _ = writeln!(out, "# {kind} vllm:{name_and_rest}");
-            }
-            None => {
-                let _ = writeln!(out, "vllm:{name_and_rest}");
-            }
-        };
-        emit(after);
-        if family == "kv_cache_usage_perc" {
-            emit(&after.replacen(family, OLD_KV_USAGE, 1));
-        }
+/// The `vllm:` names the family `name` is also exported under with `--metrics-compat vllm`.
+pub fn vllm_aliases(name: &str) -> Vec<String> {
+    let Some(family) = name.strip_prefix("pagoda:") else {
+        return Vec::new();
+    };
+    if !VLLM_FAMILIES.contains(&family) {
+        return Vec::new();
     }
-    // The alias's lines were interleaved with the original's; Prometheus wants a family's
-    // lines together, so they are regrouped (stable: order within each family is kept).
-    regroup(&out)
-}
-
-/// A histogram's `_bucket`/`_sum`/`_count` series belong to the family without the suffix.
-fn family_of(name: &str) -> &str {
-    for suffix in ["_bucket", "_sum", "_count"] {
-        if let Some(base) = name.strip_suffix(suffix)
-            && VLLM_FAMILIES.contains(&base)
-        {
-            return base;
-        }
+    let mut names = vec![format!("vllm:{family}")];
+    if family == "kv_cache_usage_perc" {
+        names.push(format!("vllm:{OLD_KV_USAGE}"));
     }
-    name
-}
-
-fn regroup(text: &str) -> String {
-    let mut groups: Vec<(String, String)> = Vec::new();
-    for line in text.lines() {
-        let body = line
-            .strip_prefix("# HELP ")
-            .or_else(|| line.strip_prefix("# TYPE "))
-            .unwrap_or(line);
-        let name_len = body.find(['{', ' ']).unwrap_or(body.len());
-        let family = family_of(body[..name_len].trim_start_matches("vllm:")).to_owned();
-        let slot = match groups.iter().position(|(f, _)| *f == family) {
-            Some(i) => i,
-            None => {
-                groups.push((family, String::new()));
-                groups.len() - 1
-            }
-        };
-        groups[slot].1.push_str(line);
-        groups[slot].1.push('\n');
-    }
-    groups.into_iter().map(|(_, lines)| lines).collect()
+    names
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use pagoda_exposition::{Exposition, Histogram};
+
+    /// The `vllm:` copies alone: they are written after every `pagoda:` family.
+    fn mirror_vllm(e: &Exposition) -> String {
+        let text = e.encode();
+        let first = text.find("# HELP vllm:").unwrap_or(text.len());
+        text[first..].to_owned()
+    }
+
+    fn model() -> pagoda_exposition::Labels {
+        vec![("model_name", "m".to_owned())]
+    }
 
     #[test]
     fn copies_the_families_vllm_has_and_only_those() {
-        let text = "# HELP pagoda:num_requests_waiting Waiting.\n\
-                    # TYPE pagoda:num_requests_waiting gauge\n\
-                    pagoda:num_requests_waiting{model_name=\"m\"} 3\n\
-                    # HELP pagoda:engine_steps_total Steps.\n\
-                    # TYPE pagoda:engine_steps_total counter\n\
-                    pagoda:engine_steps_total{model_name=\"m\"} 9\n\
-                    # HELP pagoda:e2e_request_latency_seconds Latency.\n\
-                    # TYPE pagoda:e2e_request_latency_seconds histogram\n\
-                    pagoda:e2e_request_latency_seconds_bucket{le=\"0.1\"} 1\n\
-                    pagoda:e2e_request_latency_seconds_sum 0.05\n\
-                    pagoda:e2e_request_latency_seconds_count 1\n";
-        let m = mirror_vllm(text);
+        let mut e = Exposition::with_aliases(vllm_aliases);
+        e.gauge("pagoda:num_requests_waiting", "Waiting.", model(), 3u64);
+        e.counter("pagoda:engine_steps_total", "Steps.", model(), 9u64);
+        let h = Histogram::new([0.1]);
+        h.observe(0.05);
+        e.histogram("pagoda:e2e_request_latency_seconds", "Latency.", &h);
+        let m = mirror_vllm(&e);
         assert!(m.contains("vllm:num_requests_waiting{model_name=\"m\"} 3\n"));
         assert!(m.contains("# TYPE vllm:num_requests_waiting gauge\n"));
         assert!(m.contains("vllm:e2e_request_latency_seconds_bucket{le=\"0.1\"} 1\n"));
@@ -160,10 +110,9 @@ mod tests {
 
     #[test]
     fn the_old_kv_usage_name_is_its_own_family() {
-        let text = "# HELP pagoda:kv_cache_usage_perc KV.\n\
-                    # TYPE pagoda:kv_cache_usage_perc gauge\n\
-                    pagoda:kv_cache_usage_perc{model_name=\"m\"} 0.25\n";
-        let m = mirror_vllm(text);
+        let mut e = Exposition::with_aliases(vllm_aliases);
+        e.gauge("pagoda:kv_cache_usage_perc", "KV.", model(), 0.25);
+        let m = mirror_vllm(&e);
         let lines: Vec<&str> = m.lines().collect();
         assert_eq!(
             lines,

@@ -2,54 +2,58 @@
 //! accepted tokens, accepted tokens by position, and the number of speculative tokens chosen
 //! per decoding sequence and step (a histogram: with `auto` it follows the load).
 
-use std::fmt::Write;
-
 use pagoda_core::SpecCounters;
+use pagoda_exposition::{Exposition, Scraped};
 
-use crate::metrics::counter;
+use crate::metrics::model_labels;
 
-pub(crate) fn render(out: &mut String, label: &str, c: &SpecCounters) {
-    counter(
-        out,
-        "pagoda:spec_decode_num_drafts",
-        "Sequence-steps with at least one proposed token.",
-        label,
-        c.num_drafts,
-    );
-    counter(
-        out,
-        "pagoda:spec_decode_num_draft_tokens",
-        "Proposed tokens verified by the target model.",
-        label,
-        c.num_draft_tokens,
-    );
-    counter(
-        out,
-        "pagoda:spec_decode_num_accepted_tokens",
-        "Proposed tokens the target model accepted.",
-        label,
-        c.num_accepted_tokens,
-    );
-    let name = "pagoda:spec_decode_num_accepted_tokens_per_pos";
-    let _ = writeln!(
-        out,
-        "# HELP {name} Accepted tokens by position in their proposed run.\n# TYPE {name} counter"
-    );
-    for (pos, n) in c.accepted_per_pos.iter().enumerate() {
-        let _ = writeln!(out, "{name}{{{label},position=\"{pos}\"}} {n}");
+pub(crate) fn render(e: &mut Exposition, model_name: &str, c: &SpecCounters) {
+    for (name, help, v) in [
+        (
+            "pagoda:spec_decode_num_drafts_total",
+            "Sequence-steps with at least one proposed token.",
+            c.num_drafts,
+        ),
+        (
+            "pagoda:spec_decode_num_draft_tokens_total",
+            "Proposed tokens verified by the target model.",
+            c.num_draft_tokens,
+        ),
+        (
+            "pagoda:spec_decode_num_accepted_tokens_total",
+            "Proposed tokens the target model accepted.",
+            c.num_accepted_tokens,
+        ),
+    ] {
+        e.counter(name, help, model_labels(model_name), v);
     }
-    let name = "pagoda:spec_decode_num_speculative_tokens";
-    let _ = writeln!(
-        out,
-        "# HELP {name} Speculative tokens chosen per decoding sequence and step.\n# TYPE {name} histogram"
+    let per_pos = c.accepted_per_pos.iter().enumerate().map(|(pos, n)| {
+        let mut labels = model_labels(model_name);
+        labels.push(("position", pos.to_string()));
+        (labels, (*n).into())
+    });
+    e.scraped(
+        "pagoda:spec_decode_num_accepted_tokens_per_pos_total",
+        "Accepted tokens by position in their proposed run.",
+        Scraped::counters(per_pos),
     );
-    let (mut cum, mut sum) = (0u64, 0u64);
-    for (k, n) in c.chosen_k.iter().enumerate() {
-        cum += n;
-        sum += k as u64 * n;
-        let _ = writeln!(out, "{name}_bucket{{{label},le=\"{k}\"}} {cum}");
-    }
-    let _ = writeln!(out, "{name}_bucket{{{label},le=\"+Inf\"}} {cum}");
-    let _ = writeln!(out, "{name}_sum{{{label}}} {sum}");
-    let _ = writeln!(out, "{name}_count{{{label}}} {cum}");
+    // The controller counts each k chosen: the buckets are those counts, at le = k.
+    let buckets: Vec<(f64, u64)> = c
+        .chosen_k
+        .iter()
+        .enumerate()
+        .map(|(k, n)| (k as f64, *n))
+        .collect();
+    let count = c.chosen_k.iter().sum();
+    let sum: u64 = c
+        .chosen_k
+        .iter()
+        .enumerate()
+        .map(|(k, n)| k as u64 * n)
+        .sum();
+    e.scraped(
+        "pagoda:spec_decode_num_speculative_tokens",
+        "Speculative tokens chosen per decoding sequence and step.",
+        Scraped::histogram(model_labels(model_name), buckets, sum as f64, count),
+    );
 }

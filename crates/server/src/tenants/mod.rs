@@ -8,11 +8,12 @@ pub mod keys_file;
 pub mod tenant;
 
 use std::collections::HashMap;
-use std::fmt::Write;
 use std::hash::{BuildHasher, Hasher, RandomState};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, RwLock};
+
+use pagoda_exposition::{Exposition, Scraped};
 
 pub use keys_file::{KeysFileError, Limits};
 pub use tenant::{OverLimit, TenantPermit, TenantState};
@@ -120,14 +121,20 @@ impl Tenants {
         found.cloned()
     }
 
-    /// Per-tenant counters in the Prometheus text format, labelled by tenant name.
-    pub fn render_metrics(&self, out: &mut String) {
+    /// Per-tenant counters and gauges, labelled by tenant name.
+    pub fn render_metrics(&self, e: &mut Exposition) {
         let by_name = self.by_name.lock().unwrap_or_else(|p| p.into_inner());
         if by_name.is_empty() {
             return;
         }
         let mut tenants: Vec<&Arc<TenantState>> = by_name.values().collect();
         tenants.sort_by(|a, b| a.name.cmp(&b.name));
+        let per_tenant = |value: &dyn Fn(&TenantState) -> u64| {
+            tenants
+                .iter()
+                .map(|t| (vec![("tenant", t.name.clone())], value(t).into()))
+                .collect::<Vec<_>>()
+        };
         type Read = fn(&TenantState) -> u64;
         let counters: [(&str, &str, Read); 3] = [
             (
@@ -147,30 +154,24 @@ impl Tenants {
             ),
         ];
         for (name, help, value) in counters {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-            for t in &tenants {
-                let _ = writeln!(out, "{name}{{tenant=\"{}\"}} {}", t.name, value(t));
-            }
+            e.scraped(name, help, Scraped::counters(per_tenant(&value)));
         }
-        let name = "pagoda:tenant_requests_running";
-        let _ = writeln!(
-            out,
-            "# HELP {name} Requests running or waiting, per tenant.\n# TYPE {name} gauge"
+        e.scraped(
+            "pagoda:tenant_requests_running",
+            "Requests running or waiting, per tenant.",
+            Scraped::gauges(per_tenant(&|t| u64::from(t.running()))),
         );
-        for t in &tenants {
-            let _ = writeln!(out, "{name}{{tenant=\"{}\"}} {}", t.name, t.running());
-        }
-        let name = "pagoda:tenant_rate_limited_total";
-        let _ = writeln!(
-            out,
-            "# HELP {name} Requests refused with 429, per tenant and limit.\n# TYPE {name} counter"
+        let limited = tenants.iter().flat_map(|t| {
+            tenant::LIMIT_NAMES.iter().enumerate().map(|(i, limit)| {
+                let labels = vec![("tenant", t.name.clone()), ("limit", (*limit).to_owned())];
+                (labels, t.rejected_total[i].load(Ordering::Relaxed).into())
+            })
+        });
+        e.scraped(
+            "pagoda:tenant_rate_limited_total",
+            "Requests refused with 429, per tenant and limit.",
+            Scraped::counters(limited),
         );
-        for t in &tenants {
-            for (i, limit) in tenant::LIMIT_NAMES.iter().enumerate() {
-                let n = t.rejected_total[i].load(Ordering::Relaxed);
-                let _ = writeln!(out, "{name}{{tenant=\"{}\",limit=\"{limit}\"}} {n}", t.name);
-            }
-        }
     }
 
     /// The tenant called `name`, made on first sight with the next engine id (0 is "none").
