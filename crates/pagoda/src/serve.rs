@@ -46,7 +46,7 @@ pub struct ServeArgs {
     /// `vllm:kv_cache_usage_perc`, `vllm:cache_config_info`, ...) for the series vLLM has, for
     /// the Gateway API Inference Extension's endpoint picker, llm-d and vLLM dashboards.
     #[arg(long, env = "PAGODA_METRICS_COMPAT", default_value = "none")]
-    metrics_compat: pagoda_server::metrics_compat::MetricsCompat,
+    metrics_compat: pagoda_server::MetricsCompat,
     /// Origins allowed to call the API from a browser, comma-separated (`*`: any); preflight
     /// `OPTIONS` requests are answered. Off by default.
     #[arg(long, env = "PAGODA_ALLOWED_ORIGINS", value_delimiter = ',')]

@@ -20,7 +20,7 @@ pub struct ServerConfig {
     /// When set, `/metrics` needs `Authorization: Bearer <key>` with this key.
     pub metrics_api_key: Option<String>,
     /// `Vllm`: `/metrics` also exports vLLM's names for the series vLLM has.
-    pub metrics_compat: crate::metrics_compat::MetricsCompat,
+    pub metrics_compat: crate::observe::metrics::compat::MetricsCompat,
     /// Origins browsers may call the API from (`*`: any); empty turns CORS off.
     pub allowed_origins: Vec<String>,
     /// OTLP/HTTP traces endpoint (`http://host:4318/v1/traces`): a span per generation request

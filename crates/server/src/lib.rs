@@ -13,17 +13,9 @@ pub mod config;
 pub mod error;
 pub mod generate;
 pub mod http;
-mod kv_disk_metrics;
-mod kv_transfer_metrics;
-pub mod metrics;
-pub mod metrics_compat;
 pub mod model;
 pub mod observe;
 pub mod prepare;
-mod routes {
-    pub mod metrics;
-}
-mod spec_metrics;
 pub mod state;
 pub mod tenants;
 
@@ -45,6 +37,7 @@ pub use model::loader::{
     LoadError, LoadOptions, LoadedModel, OpenedModel, load_engine, open_model,
 };
 pub use model::loras::{LoraConfig, read_adapter};
+pub use observe::metrics::compat::MetricsCompat;
 pub use prepare::valid_request::{TextOptions, Unchecked, ValidRequest};
 pub use prepare::validation_error::FieldNames;
 pub use state::AppState;
@@ -104,7 +97,7 @@ pub fn app(state: AppState) -> Router {
         .route("/version", get(observe::health::version))
         .route(
             "/metrics",
-            get(routes::metrics::metrics).route_layer(middleware::from_fn_with_state(
+            get(observe::metrics::endpoint::metrics).route_layer(middleware::from_fn_with_state(
                 state.clone(),
                 http::auth::require_metrics_key,
             )),

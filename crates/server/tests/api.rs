@@ -13,7 +13,7 @@ fn server() -> &'static TestServer {
     static S: OnceLock<TestServer> = OnceLock::new();
     S.get_or_init(|| {
         let config = pagoda_server::ServerConfig {
-            metrics_compat: pagoda_server::metrics_compat::MetricsCompat::Vllm,
+            metrics_compat: pagoda_server::MetricsCompat::Vllm,
             ..common::config()
         };
         TestServer::start(common::small_setup(), config)

@@ -14,7 +14,7 @@ use pagoda_protocol::{FinishReason as WireFinish, PromptTokensDetails, StopReaso
 
 use crate::error::ApiError;
 use crate::error::mapping::admission_error;
-use crate::metrics::Metrics;
+use crate::observe::metrics::engine::Metrics;
 use crate::observe::request_trace::{RequestTrace, Timeline};
 use crate::prepare::valid_request::ValidRequest;
 use crate::prepare::validation_error::ValidationError;

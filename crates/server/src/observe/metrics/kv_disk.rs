@@ -5,7 +5,7 @@
 use pagoda_core::kv::KvTierStats;
 use pagoda_exposition::Exposition;
 
-use crate::metrics::model_labels;
+use crate::observe::metrics::labels::model_labels;
 
 pub(crate) fn render(e: &mut Exposition, model_name: &str, s: &KvTierStats) {
     e.gauge(

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use pagoda_exposition::Exposition;
 use pagoda_model::KvTransferCounters;
 
-use crate::metrics::model_labels;
+use crate::observe::metrics::labels::model_labels;
 
 pub(crate) fn render(e: &mut Exposition, model_name: &str, role: &str, c: &KvTransferCounters) {
     let get = |a: &AtomicU64| a.load(Ordering::Relaxed);

@@ -5,7 +5,7 @@
 use pagoda_core::SpecCounters;
 use pagoda_exposition::{Exposition, Scraped};
 
-use crate::metrics::model_labels;
+use crate::observe::metrics::labels::model_labels;
 
 pub(crate) fn render(e: &mut Exposition, model_name: &str, c: &SpecCounters) {
     for (name, help, v) in [

@@ -5,7 +5,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use pagoda_core::EngineStats;
-use pagoda_exposition::{Exposition, Histogram, Labels, Scraped};
+use pagoda_exposition::{Exposition, Histogram, Scraped};
+
+use crate::observe::metrics::labels::model_labels;
 
 /// vLLM's latency buckets (vllm/v1/metrics/loggers.py), in seconds.
 const LATENCY_BUCKETS: &[f64] = &[
@@ -147,10 +149,10 @@ impl Metrics {
                 e.counter(name, help, label(), v);
             }
             if let Some(spec) = &s.spec {
-                crate::spec_metrics::render(e, model_name, spec);
+                crate::observe::metrics::speculative::render(e, model_name, spec);
             }
             if let Some(tier) = &s.kv_tier {
-                crate::kv_disk_metrics::render(e, model_name, tier);
+                crate::observe::metrics::kv_disk::render(e, model_name, tier);
             }
         }
         e.scraped(
@@ -208,11 +210,6 @@ impl Metrics {
             e.histogram(name, help, h);
         }
     }
-}
-
-/// The `model_name` label every series carries.
-pub fn model_labels(model_name: &str) -> Labels {
-    vec![("model_name", model_name.to_owned())]
 }
 
 /// One series per reason (all of them, zeros included, so rates start at the first scrape).

@@ -1,0 +1,11 @@
+//! Prometheus's `/metrics`, written through `pagoda-exposition`: the requests' histograms and
+//! the engine's stats (`engine`), the disk tier, KV transfer and speculative decoding families,
+//! and `--metrics-compat vllm`'s second copy under vLLM's names (`compat`).
+
+pub mod compat;
+pub mod endpoint;
+pub mod engine;
+pub mod kv_disk;
+pub mod kv_transfer;
+pub mod labels;
+pub mod speculative;
