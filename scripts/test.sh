@@ -30,5 +30,23 @@ ensure_py 'cbor2>=5.4' 'import cbor2'
 ensure_py 'pyzmq>=25' 'import zmq'
 ensure_py 'msgpack>=1.0' 'import msgpack'
 cargo fmt --all -- --check
-cargo clippy --workspace --all-targets --locked -- -D warnings
+# A crate's tests/*.rs are modules of its one test binary, tests/main.rs (autotests = false:
+# one link instead of one per file); a file missing from main.rs would silently never run.
+for main in crates/*/tests/main.rs; do
+  for f in "${main%/main.rs}"/*.rs; do
+    m=$(basename "$f" .rs)
+    [ "$m" = main ] || grep -qx "mod $m;" "$main" ||
+      { echo "error: $f is not a module of $main (add \`mod $m;\`)" >&2; exit 1; }
+  done
+done
+# Lints and the test build in one compilation: clippy-driver is rustc plus clippy's lints, and
+# builds in full when cargo asks it to, so it stands in for rustc on the workspace's own crates
+# (`cargo clippy` sets these two variables the same way, for `cargo check`). --all-targets
+# builds the benches too, so they are linted as clippy --all-targets did. The same environment
+# for the run, or cargo would rebuild the workspace without the wrapper.
+driver="$(rustc --print sysroot)/bin/clippy-driver"
+[ -x "$driver" ] || { echo "error: no $driver (rustup component add clippy)" >&2; exit 1; }
+export RUSTC_WORKSPACE_WRAPPER="$driver"
+export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
+cargo test --workspace --all-targets --locked --no-run
 cargo test --workspace --locked

@@ -3,7 +3,7 @@
 //! queue rejects at once, and a reader that falls too far behind is cut off, not waited for.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -3,7 +3,7 @@
 //! value with the flood absent (FCFS fails the same check), and weights split the tokens.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 

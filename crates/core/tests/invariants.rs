@@ -11,7 +11,7 @@
 //! `max_loras` distinct ones run at once, and requests of every adapter still finish.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::{HashMap, HashSet};
 

@@ -3,7 +3,7 @@
 //! the preemption victim.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use common::*;
 use pagoda_core::kv::{KvGroup, NULL_BLOCK};

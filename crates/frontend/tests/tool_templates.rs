@@ -5,7 +5,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use pagoda_frontend::ToolCallFormat;
 use serde_json::json;

@@ -2,7 +2,7 @@
 
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
-mod common;
+use crate::common;
 
 use pagoda_gguf::{GgmlType, GgufFile, MAX_ARRAY_DEPTH};
 use pagoda_testkit::gguf_writer::{

@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
-mod common;
+use crate::common;
 
 use pagoda_gguf::GgufFile;
 

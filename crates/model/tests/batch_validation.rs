@@ -2,7 +2,7 @@
 //! the executor is still usable afterwards.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use pagoda_model::{CpuExecutor, ForwardBatch, Logits, ModelError, SeqChunk};
 use pagoda_testkit::tiny_model::TinyModel;

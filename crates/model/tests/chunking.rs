@@ -4,7 +4,7 @@
 //! small float tolerance, not bitwise.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use common::{logits_in_chunks, max_diff, prompt};
 use pagoda_model::{CpuExecutor, ForwardBatch, Logits, Model, SeqChunk};

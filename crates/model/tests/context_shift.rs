@@ -5,7 +5,7 @@
 //! (keys rotated wrongly, or KV read from the wrong blocks, make it collapse into noise).
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use pagoda_core::{FinishReason, SamplingParams, SchedulerConfig};
 use pagoda_model::{EngineSetup, KvCacheDtype};

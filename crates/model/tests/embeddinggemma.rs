@@ -7,7 +7,7 @@
 //! unrelated ones. The model is fetched on demand (`scripts/fetch-models.sh embeddinggemma`).
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use common::cosine;
 

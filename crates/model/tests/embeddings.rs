@@ -5,7 +5,7 @@
 //! The model is fetched on demand (`scripts/fetch-models.sh minilm`).
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use common::cosine;
 

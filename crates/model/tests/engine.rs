@@ -5,7 +5,7 @@
 //! repeats in a batch; and a request sharing a 1,000-token prefix computes only its suffix.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 

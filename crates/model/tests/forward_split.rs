@@ -97,16 +97,28 @@ fn split_parts_hold_the_stacked_columns_with_their_bias() {
 
 #[test]
 fn an_empty_batch_writes_nothing() {
+    // Each part's width is its length over `t`, so with no rows there is none to derive: the
+    // call must return before touching the outputs or growing the scratch, on either layout.
+    const UNTOUCHED: f32 = -7.25;
     let (weights, stacked) = weights();
-    let packed = weights.packed(stacked);
-    let (mut a, mut b) = (Vec::<f32>::new(), Vec::<f32>::new());
-    let mut outs = [&mut a[..], &mut b[..]];
-    weights.forward_split(
-        &packed,
-        &[],
-        0,
-        &mut outs,
-        &mut MatmulScratch::default(),
-        &mut Vec::new(),
-    );
+    let packed = weights.packed(stacked.clone());
+    for (l, what) in [(&packed, "packed"), (&stacked, "plain layout")] {
+        let (mut a, mut b) = (vec![UNTOUCHED; 24], vec![UNTOUCHED; 8]);
+        let mut tmp = Vec::new();
+        weights.forward_split(
+            l,
+            &[],
+            0,
+            &mut [&mut a[..], &mut b[..]],
+            &mut MatmulScratch::default(),
+            &mut tmp,
+        );
+        assert!(
+            a.iter()
+                .chain(&b)
+                .all(|v| v.to_bits() == UNTOUCHED.to_bits()),
+            "{what}: an empty batch wrote into the outputs"
+        );
+        assert!(tmp.is_empty(), "{what}: an empty batch grew the scratch");
+    }
 }

@@ -14,7 +14,7 @@
 //! about 0.05 from the exact answer, and a correct implementation differs from it by that much.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use pagoda_core::SamplingParams;
 use serde_json::Value;

@@ -5,7 +5,7 @@
 //! the lock file refuses a second tier on one directory.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

@@ -4,7 +4,7 @@
 //! tokens so a near-tie cannot make the comparison drift.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use pagoda_model::eval::log_softmax;
 use pagoda_model::{CpuExecutor, ForwardBatch, Logits, SeqChunk};

@@ -7,7 +7,7 @@
 //! refused with an error naming what is wrong. The real models are loaded once each.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::sync::Arc;

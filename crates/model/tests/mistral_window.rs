@@ -4,7 +4,7 @@
 //! engine that keeps every block.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use pagoda_core::SchedulerConfig;
 use pagoda_core::kv::NULL_BLOCK;

@@ -3,7 +3,7 @@
 //! steps after it agree bit for bit too.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use common::{prompt, tiny};
 use pagoda_model::{CpuExecutor, ForwardBatch, Logits, Model, SeqChunk};

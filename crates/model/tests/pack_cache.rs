@@ -5,7 +5,7 @@
 //! directory, so no test writes beside the real models.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

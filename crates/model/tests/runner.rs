@@ -3,7 +3,7 @@
 //! seeds repeat, `n` sequences differ, and bad requests are refused before they run.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use pagoda_core::{AddRequestError, EngineRequest, FinishReason, SamplingParams, ValidationError};
 use pagoda_model::{CpuExecutor, build_engine, sampler};

@@ -5,7 +5,7 @@
 //! hits the cache (the local groups only for the last window).
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use pagoda_core::SchedulerConfig;
 use pagoda_core::kv::NULL_BLOCK;

@@ -6,7 +6,7 @@
 //! and accepted.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use pagoda_core::{NumSpecTokens, SamplingParams, SpecConfig, SpecMethod};
 use pagoda_model::{EngineSetup, build_engine_with_draft};

@@ -6,7 +6,7 @@
 //! A draft of another vocabulary is refused at build time.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -3,7 +3,7 @@
 //! round trip through the type), up to the activation quantization the type's dot products use.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use pagoda_kernels::quant::GgmlType;
 use pagoda_model::CpuExecutor;

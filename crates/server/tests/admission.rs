@@ -3,7 +3,7 @@
 //! and a refused request leaves no trace: none of its prompts runs and it holds no queue slot.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

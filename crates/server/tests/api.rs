@@ -2,7 +2,7 @@
 //! finish reasons, logprobs, n, echo, and every 4xx of the error surface with its shape.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::sync::OnceLock;
 

@@ -4,7 +4,7 @@
 //! refused with the ones it was.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 

@@ -4,7 +4,7 @@
 //! `x-api-key`. Each test runs one script and fails with its output if a check failed.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

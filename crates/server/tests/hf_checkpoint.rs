@@ -2,7 +2,7 @@
 //! written by testkit's hf_checkpoint), converting and quantizing it at load, and serves it.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use common::{TestServer, client, config, small_setup};
 use pagoda_testkit::hf_checkpoint;

@@ -4,7 +4,7 @@
 //! grammar too large for the parser is a 400 naming the limit before anything streams.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;

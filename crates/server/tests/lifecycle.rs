@@ -2,7 +2,7 @@
 //! 429, cache-salt isolation, dropped streams freeing their KV, and the graceful drain.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

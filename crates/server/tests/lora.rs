@@ -6,7 +6,7 @@
 //! prefix-cache hits). Without `--enable-lora-runtime-updates` the load/unload routes are 404s.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

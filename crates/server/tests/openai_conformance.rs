@@ -3,7 +3,7 @@
 //! against both and fails with the script's output if any of its checks fails.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

@@ -3,7 +3,7 @@
 //! this test runs) with the caller's W3C `traceparent` honoured.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;

@@ -5,7 +5,7 @@
 //! naming the problem.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::sync::OnceLock;
 

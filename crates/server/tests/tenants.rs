@@ -4,7 +4,7 @@
 //! of one tenant do), per-tenant counters on `/metrics` behind `--metrics-api-key`.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::sync::OnceLock;

@@ -1,0 +1,6 @@
+//! The crate's integration tests, one binary: each file beside this one is a module (its
+//! tests are named `file::test`), because linking a binary per file was most of the test
+//! build on 2 cores. scripts/test.sh fails if a file here is not listed below.
+
+mod subscriber;
+mod zmq_subscriber;

@@ -1,0 +1,10 @@
+//! The crate's integration tests, one binary: each file beside this one is a module (its
+//! tests are named `file::test`), because linking a binary per file was most of the test
+//! build on 2 cores. scripts/test.sh fails if a file here is not listed below.
+
+mod chat;
+mod cli;
+mod deploy_manifests;
+mod kv_disk_restart;
+mod perplexity;
+mod serve_logs;
