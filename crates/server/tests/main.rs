@@ -12,6 +12,7 @@ mod hf_checkpoint;
 mod hostile;
 mod lifecycle;
 mod lora;
+mod metrics_names;
 mod openai_conformance;
 mod operations;
 mod structured;

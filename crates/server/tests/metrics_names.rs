@@ -4,7 +4,7 @@
 //! read these names). `PAGODA_BLESS_METRICS=1` rewrites the lists after a deliberate change.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
