@@ -5,28 +5,11 @@
 
 use crate::common;
 
-use std::time::{Duration, Instant};
-
-use common::{MODEL, TestServer, client, config, error_of, metric, post, small_setup};
+use common::{MODEL, TestServer, client, config, error_of, metric, post, small_setup, wait_metric};
 use futures_util::StreamExt;
 use serde_json::json;
 
 /// Waits until the engine's gauge `name` reads `want`.
-async fn wait_metric(s: &TestServer, name: &str, want: f64) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let v = metric(&client(), &s.base, name).await;
-        if v == want {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{name} stayed at {v}, not {want}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 #[tokio::test]
 async fn requests_over_the_queue_limit_are_400_and_a_full_queue_is_429_with_its_length() {
     let mut setup = small_setup();

@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use pagoda_model::EngineSetup;
@@ -205,6 +205,23 @@ pub async fn metric(c: &reqwest::Client, base: &str, name: &str) -> f64 {
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no metric {name} in\n{text}"))
+}
+
+/// Waits (up to 20 s) for a sample to read `want`: the engine publishes its stats after the
+/// step that finished a request, so a scrape right after the response can still see it running.
+pub async fn wait_metric(s: &TestServer, name: &str, want: f64) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let v = metric(&client(), &s.base, name).await;
+        if v == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name} stayed at {v}, not {want}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// Asserts the OpenAI error shape and returns `error`.
