@@ -17,7 +17,7 @@ use crate::logprobs::PositionLogprobs;
 use crate::request::{FinishReason, Request, SeqId};
 use crate::sampling_params::SamplingParams;
 use crate::sched::{Scheduler, SchedulerOutput, SeqResult};
-use crate::spec::{SpecConfig, SpecCounters};
+use crate::speculative::{SpecConfig, SpecCounters};
 use crate::tenant::Tenant;
 use crate::validation::{CheckedRequest, RequestLimits, ValidationError};
 

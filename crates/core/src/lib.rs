@@ -13,7 +13,7 @@ pub mod lora;
 pub mod request;
 pub mod sampling_params;
 pub mod sched;
-pub mod spec;
+pub mod speculative;
 pub mod tenant;
 pub mod validation;
 
@@ -30,6 +30,6 @@ pub use lora::LoraRef;
 pub use request::{FinishReason, Request, RequestStatus, SeqId};
 pub use sampling_params::{SamplingParams, SamplingParamsError};
 pub use sched::{ScheduledSeq, SchedulerOutput};
-pub use spec::{NumSpecTokens, SpecConfig, SpecCounters, SpecMethod};
+pub use speculative::{NumSpecTokens, SpecConfig, SpecCounters, SpecMethod};
 pub use tenant::Tenant;
 pub use validation::{CheckedRequest, RequestLimits, ValidationError};

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use pagoda_core::DraftWork;
-use pagoda_spec::{ProposeRequest, Proposer};
+use pagoda_speculative::{ProposeRequest, Proposer};
 
 use crate::batch::{Logits, SeqChunk};
 use crate::model_runner::time_steps;

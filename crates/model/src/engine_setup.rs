@@ -5,7 +5,7 @@
 
 use pagoda_core::config::{check_kv_budget, default_kv_budget};
 use pagoda_core::{CacheConfig, EngineCore, SchedulerConfig, SpecConfig, SpecMethod};
-use pagoda_spec::{NgramProposer, SuffixConfig, SuffixProposer};
+use pagoda_speculative::{NgramProposer, SuffixConfig, SuffixProposer};
 
 use std::sync::Arc;
 

@@ -15,7 +15,7 @@ use pagoda_core::{
     SchedulerOutput, SeqId,
 };
 
-use pagoda_spec::{ProposeRequest, Proposer};
+use pagoda_speculative::{ProposeRequest, Proposer};
 
 use crate::batch::{Logits, SeqChunk};
 use crate::draft::DraftProposer;

@@ -18,7 +18,7 @@ use super::tier_load::TierStep;
 use crate::config::SchedulerConfig;
 use crate::kv::{BlockId, ComputedBlocks, KvCacheManager, KvSend, KvTransfer, NULL_BLOCK};
 use crate::request::{FinishReason, Request, RequestStatus, SeqId};
-use crate::spec::{SpecCandidate, SpecConfig, SpecController};
+use crate::speculative::{SpecCandidate, SpecConfig, SpecController};
 
 /// What the executor produced for one sequence in a step.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
