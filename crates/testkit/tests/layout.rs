@@ -12,9 +12,15 @@ const MAX_SIMD_LINES: usize = 800;
 /// A module path inside one crate: `["kv", "cache"]` for `src/kv/cache.rs` or `src/kv/cache/mod.rs`.
 type ModPath = Vec<String>;
 
-/// Circles known when the check was written, in files being moved for issue 41; each entry is
-/// one circle's files joined by " -> ", to be deleted when the circle is broken.
-const PENDING_CIRCLES: &[&str] = &[];
+/// Circles known when the check was written, in files being moved or rewritten for issue 41
+/// (the server's folders, the router's metrics); each entry is one circle's files as the
+/// failure message names them, to be deleted when the circle is broken.
+const PENDING_CIRCLES: &[&str] = &[
+    "crates/router/src/pd.rs -> crates/router/src/proxy.rs -> crates/router/src/state.rs",
+    "crates/server/src/metrics.rs -> crates/server/src/kv_disk_metrics.rs -> crates/server/src/spec_metrics.rs",
+    "crates/server/src/trace_context.rs -> crates/server/src/request_id.rs",
+    "crates/server/src/auth.rs -> crates/server/src/state.rs -> crates/server/src/tenants/mod.rs",
+];
 
 #[test]
 fn no_source_file_is_oversized() {
@@ -51,7 +57,7 @@ fn no_files_import_each_other_in_a_circle() {
             let files: Vec<String> = circle.iter().map(|m| shown(&modules.files[m])).collect();
             let files = files.join(" -> ");
             if !PENDING_CIRCLES.contains(&files.as_str()) {
-                circles.push(files);
+                circles.push(format!("{files}\n{}", modules.edges_within(&circle)));
             }
         }
     }
@@ -158,6 +164,21 @@ impl Modules {
             imports.insert(module.clone(), targets);
         }
         Modules { files, imports }
+    }
+
+    /// Which file of `circle` imports which, one line each.
+    fn edges_within(&self, circle: &[ModPath]) -> String {
+        let mut lines = Vec::new();
+        for from in circle {
+            let to = self.imports[from].iter().filter(|t| circle.contains(t));
+            let to: Vec<String> = to.map(|t| shown(&self.files[t])).collect();
+            lines.push(format!(
+                "  {} imports {}",
+                shown(&self.files[from]),
+                to.join(", ")
+            ));
+        }
+        lines.join("\n")
     }
 
     /// Every strongly connected group of two or more modules (Tarjan's algorithm).
