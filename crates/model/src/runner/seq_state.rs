@@ -8,6 +8,7 @@ use pagoda_core::SeqId;
 use crate::lora::LoraAdapter;
 use crate::sampler::Sampler;
 
+/// One sequence as the runner keeps it across steps (the scheduler sends only diffs).
 pub(super) struct SeqState {
     /// Prompt, then every token sampled so far.
     pub(super) tokens: Vec<u32>,
