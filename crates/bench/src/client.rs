@@ -15,6 +15,8 @@ use pagoda_protocol::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::input::{Input, flatten_messages};
+
 /// Which endpoint requests go to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -53,15 +55,6 @@ impl Target {
     }
 }
 
-/// What one request asks for.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Input {
-    /// A completions prompt.
-    Prompt(String),
-    /// A chat conversation.
-    Messages(Vec<ChatMessage>),
-}
-
 /// Sampling settings shared by every request of a run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct SamplingSettings {
@@ -88,7 +81,7 @@ pub fn request_body(
         (Api::Completions, input) => {
             let prompt = match input {
                 Input::Prompt(p) => p.clone(),
-                Input::Messages(m) => crate::workload::flatten_messages(m),
+                Input::Messages(m) => flatten_messages(m),
             };
             serde_json::to_value(CompletionRequest {
                 model: model.to_owned(),

@@ -13,6 +13,7 @@ pub mod arrival;
 pub mod chart;
 pub mod client;
 pub mod dataset;
+pub mod input;
 pub mod metrics;
 pub mod report;
 pub mod runner;

@@ -10,13 +10,13 @@ use std::path::PathBuf;
 use std::str::FromStr;
 
 use futures_util::{StreamExt, stream};
-use pagoda_protocol::{ChatMessage, MessageContent, Role};
+use pagoda_protocol::{ChatMessage, Role};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::arrival::sample_standard_normal;
-use crate::client::Input;
+use crate::input::Input;
 use crate::tokens::TokenCounter;
 use crate::words::WORDS;
 
@@ -181,33 +181,6 @@ impl WorkItem {
     pub fn expected_input_tokens(&self, k: usize) -> u32 {
         self.system_tokens + self.turns[..=k].iter().map(|t| t.input_tokens).sum::<u32>()
     }
-}
-
-/// Plain-text rendering of messages for the completions API: `System:`/`User:`/`Assistant:`
-/// paragraphs ending with an open `Assistant:` turn; the system text comes first, so a shared
-/// system prompt stays a shared prefix.
-pub fn flatten_messages(messages: &[ChatMessage]) -> String {
-    let mut out = String::new();
-    for m in messages {
-        let text = match &m.content {
-            Some(MessageContent::Text(t)) => t.clone(),
-            Some(MessageContent::Parts(parts)) => parts
-                .iter()
-                .filter_map(|p| p.text.as_deref())
-                .collect::<Vec<_>>()
-                .join(""),
-            None => String::new(),
-        };
-        let label = match m.role {
-            Role::System | Role::Developer => "System",
-            Role::User => "User",
-            Role::Assistant => "Assistant",
-            Role::Tool => "Tool",
-        };
-        out.push_str(&format!("{label}: {text}\n\n"));
-    }
-    out.push_str("Assistant:");
-    out
 }
 
 /// Errors building a workload.
@@ -446,6 +419,8 @@ pub async fn build(
 mod tests {
     use super::*;
     use crate::client::Target;
+    use crate::input::flatten_messages;
+    use pagoda_protocol::MessageContent;
 
     fn approx_counter() -> TokenCounter {
         let target = Target {

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::engine_core::AddRequestError;
+use crate::add_request_error::AddRequestError;
 
 /// Sequences added but not yet scheduled, against `max_waiting_requests`. Shared by the engine
 /// core and its handle (which answers a full queue before anything reaches the engine thread).

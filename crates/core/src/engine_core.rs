@@ -7,185 +7,20 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use thiserror::Error;
-
+use crate::add_request_error::AddRequestError;
 use crate::admission::{Admission, QueueSlots};
 use crate::config::{CacheConfig, SchedulerConfig};
+use crate::engine_output::{EngineOutput, OutputTiming};
+use crate::engine_request::{EngineRequest, RequestId};
+use crate::engine_stats::{EngineStats, KvGroupUsage};
+use crate::executor::ModelExecutor;
 use crate::kv::block_hash::root_hash;
-use crate::kv::{BlockHash, BlockId, ExtraKeys, KvCacheManager, KvEvent, KvTier, KvTierStats};
+use crate::kv::{BlockHash, KvCacheManager, KvEvent, KvTier};
 use crate::logprobs::PositionLogprobs;
 use crate::request::{FinishReason, Request, SeqId};
-use crate::sampling_params::SamplingParams;
-use crate::sched::{Scheduler, SchedulerOutput, SeqResult};
-use crate::spec::{SpecConfig, SpecCounters};
-use crate::tenant::Tenant;
-use crate::validation::{CheckedRequest, RequestLimits, ValidationError};
-
-/// The client's id for a request (all its sequences share it).
-pub type RequestId = u64;
-
-/// What the executor returns for one sequence that reached the end of its known tokens.
-#[derive(Clone, Debug, PartialEq)]
-pub struct SampledToken {
-    pub seq_id: SeqId,
-    pub token_id: u32,
-    /// Present when the request asked for logprobs.
-    pub logprobs: Option<PositionLogprobs>,
-}
-
-/// One step's results from the executor.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct ExecutorOutput {
-    pub sampled: Vec<SampledToken>,
-    /// Prompt logprobs computed this step, per sequence, for positions in order.
-    pub prompt_logprobs: Vec<(SeqId, Vec<PositionLogprobs>)>,
-    /// Sequences the executor cannot run (e.g. a constraint it cannot enforce), with why;
-    /// each ends with `FinishReason::Error` while the rest of the step goes on.
-    pub failed: Vec<(SeqId, String)>,
-    /// Tokens proposed and verified per speculating sequence (its `sampled` entries are the
-    /// accepted ones, then the target's own token).
-    pub proposed: Vec<(SeqId, usize)>,
-    /// Draft-model work inside this step, when a draft model proposed.
-    pub draft: Option<DraftWork>,
-}
-
-/// What proposing with a draft model cost in a step, for the speculation cost model.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct DraftWork {
-    pub forwards: usize,
-    /// Sequences in the draft's forwards (the most in any one).
-    pub seqs: usize,
-    pub seconds: f64,
-}
-
-/// Start-up timings of the executor, for the speculation cost model: seconds of a target step
-/// against its tokens, and of one draft forward against its sequences.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Calibration {
-    pub target: Vec<(usize, f64)>,
-    pub draft: Vec<(usize, f64)>,
-}
-
-/// The executor failed a whole step.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error("executor: {0}")]
-pub struct ExecutorError(pub String);
-
-/// Runs the model over a scheduled step. The core is tested against fakes of this.
-pub trait ModelExecutor {
-    fn execute(&mut self, step: &SchedulerOutput) -> Result<ExecutorOutput, ExecutorError>;
-
-    /// Times a few steps of different sizes before serving (speculation's cost model).
-    fn calibrate(&mut self) -> Calibration {
-        Calibration::default()
-    }
-
-    /// Copies cached blocks, `(block, group key)`, to the lower KV tier and waits for the
-    /// writes (at shutdown, so the next start finds them). A no-op without a tier.
-    fn save_blocks(&mut self, _blocks: &[(BlockId, BlockHash)]) {}
-}
-
-/// A request as the engine receives it: tokens, never text.
-#[derive(Clone, Debug, PartialEq)]
-pub struct EngineRequest {
-    pub id: RequestId,
-    pub prompt_token_ids: Vec<u32>,
-    pub params: SamplingParams,
-    /// Lower runs first when priority scheduling is on.
-    pub priority: i32,
-    /// Whose request this is, for `SchedulingPolicy::Fair`.
-    pub tenant: Tenant,
-    pub extra_keys: ExtraKeys,
-}
-
-/// A request the engine will not run: invalid as sent, or not now.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum AddRequestError {
-    #[error(transparent)]
-    Invalid(#[from] ValidationError),
-    #[error("request id {0} is already in use")]
-    DuplicateId(RequestId),
-    /// The queue cannot take this request now; it may later.
-    #[error(
-        "the waiting queue holds {waiting} of at most {limit} sequences and this request needs {requested}"
-    )]
-    QueueFull {
-        waiting: usize,
-        requested: usize,
-        limit: usize,
-    },
-    /// The request alone needs more queue slots than there are: it can never be admitted.
-    #[error(
-        "this request needs {requested} sequences (prompts x n) but at most {limit} may wait at once"
-    )]
-    NeverAdmissible { requested: usize, limit: usize },
-}
-
-/// Timing of an output, for latency metrics.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct OutputTiming {
-    pub arrival: Instant,
-    pub first_scheduled: Option<Instant>,
-    /// When this output was produced (end of its step).
-    pub at: Instant,
-}
-
-/// What one sequence produced in one step.
-#[derive(Clone, Debug, PartialEq)]
-pub struct EngineOutput {
-    pub request_id: RequestId,
-    /// Which of the request's `n` sequences.
-    pub index: u32,
-    pub new_token_ids: Vec<u32>,
-    /// One per new token, when asked for.
-    pub logprobs: Vec<PositionLogprobs>,
-    /// Prompt logprobs (position 1 onward), sent once with the first token, when asked for.
-    pub prompt_logprobs: Option<Vec<PositionLogprobs>>,
-    pub finish_reason: Option<FinishReason>,
-    pub num_prompt_tokens: usize,
-    /// Prompt tokens served from the prefix cache.
-    pub num_cached_tokens: usize,
-    pub timing: OutputTiming,
-}
-
-/// Engine-wide counters and gauges, for metrics.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct EngineStats {
-    pub num_running: usize,
-    pub num_waiting: usize,
-    pub kv_usage: f64,
-    pub num_blocks: usize,
-    /// Blocks held per KV group (full attention or a sliding window), in group order.
-    pub kv_groups: Vec<KvGroupUsage>,
-    pub prompt_tokens: u64,
-    pub generation_tokens: u64,
-    pub prefix_queried_tokens: u64,
-    pub prefix_hit_tokens: u64,
-    pub preemptions: u64,
-    /// Sequences that reached `max_model_len` and went on after a context shift.
-    pub context_shifts: u64,
-    pub steps: u64,
-    /// At the last step with the most KV slots allocated: slots allocated and slots holding a
-    /// token (the rest is partial-block waste).
-    pub peak_kv_slots: usize,
-    pub peak_kv_filled: usize,
-    /// Speculative decoding, when on.
-    pub spec: Option<SpecCounters>,
-    /// Names of the distinct LoRA adapters of running and of waiting sequences.
-    pub running_loras: Vec<std::sync::Arc<str>>,
-    pub waiting_loras: Vec<std::sync::Arc<str>>,
-    /// The disk tier of the prefix cache, when one is attached.
-    pub kv_tier: Option<KvTierStats>,
-}
-
-/// One KV group's share of the pool.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct KvGroupUsage {
-    /// `None` for full attention.
-    pub sliding_window: Option<usize>,
-    /// Blocks owned by some sequence.
-    pub blocks: usize,
-}
+use crate::sched::{Scheduler, SeqResult};
+use crate::speculative::SpecConfig;
+use crate::validation::{CheckedRequest, RequestLimits};
 
 struct SeqInfo {
     request_id: RequestId,

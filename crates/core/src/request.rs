@@ -7,7 +7,7 @@ use std::time::Instant;
 use crate::kv::PendingLoad;
 use crate::kv::block_hash::{BlockHash, HashChain};
 use crate::sampling_params::SamplingParams;
-use crate::spec::Acceptance;
+use crate::speculative::Acceptance;
 use crate::tenant::Tenant;
 
 /// The engine's key for one sequence (one choice of a request: `n > 1` makes n of them).

@@ -4,7 +4,7 @@
 
 use thiserror::Error;
 
-use crate::engine_core::EngineRequest;
+use crate::engine_request::EngineRequest;
 use crate::sampling_params::SamplingParamsError;
 
 /// What the engine can take: fixed when the engine is built, known to every front end.
@@ -52,7 +52,7 @@ impl CheckedRequest {
     }
 
     /// The engine's id for it (assigned by whoever submits it).
-    pub(crate) fn set_id(&mut self, id: crate::engine_core::RequestId) {
+    pub(crate) fn set_id(&mut self, id: crate::engine_request::RequestId) {
         self.0.id = id;
     }
 }

@@ -1,7 +1,7 @@
 //! Error types of the frontend: building a tokenizer from GGUF metadata, and chat templates.
 //! Each message names the key, token or template that is wrong.
 
-use crate::chat_template::TemplateSource;
+use crate::template_source::TemplateSource;
 
 /// Why a tokenizer could not be built from a vocabulary.
 #[derive(Debug, thiserror::Error)]

@@ -5,10 +5,10 @@
 use std::path::Path;
 
 use pagoda_gguf::{GgmlType, GgufAssembly, GgufFile, MetaValue};
-use pagoda_kernels::quant::quantize_row;
 
 use crate::checkpoint::Checkpoint;
 use crate::config::Arch;
+use crate::matrix_bytes::matrix_bytes;
 use crate::sentence_transformers::add_modules;
 use crate::tensor_names::{Transform, gguf_name, rope_permute_rows};
 use crate::tokenizer_json::add_tokenizer;
@@ -221,26 +221,4 @@ fn add_tensors(
         return Err(HfError::MissingTensor("lm_head.weight".to_owned()));
     }
     Ok(())
-}
-
-/// `values` (rows of `cols`) as `ty` bytes.
-pub(crate) fn matrix_bytes(ty: GgmlType, values: &[f32], cols: usize) -> Result<Vec<u8>, HfError> {
-    let row_bytes = ty.row_bytes(cols).ok_or_else(|| HfError::BadTensor {
-        name: String::new(),
-        detail: format!("{cols} columns are not whole {ty} blocks"),
-    })?;
-    let mut bytes = vec![0u8; values.len() / cols.max(1) * row_bytes];
-    quantize_rows(ty, values, cols, &mut bytes, row_bytes);
-    Ok(bytes)
-}
-
-/// Quantizes `values` (rows of `cols`) into `dst`, rows spread over the kernel thread pool:
-/// the K-quant scale search makes this the slow part of a load.
-fn quantize_rows(ty: GgmlType, values: &[f32], cols: usize, dst: &mut [u8], row_bytes: usize) {
-    let rows = dst.len() / row_bytes;
-    pagoda_kernels::parallel::for_rows(rows, [dst], &|range, [out]| {
-        for (r, row) in range.zip(out.chunks_exact_mut(row_bytes)) {
-            quantize_row(ty, &values[r * cols..(r + 1) * cols], row);
-        }
-    });
 }

@@ -8,6 +8,7 @@ mod checkpoint;
 mod config;
 mod convert;
 mod error;
+mod matrix_bytes;
 mod peft;
 mod quantization;
 mod safetensors;

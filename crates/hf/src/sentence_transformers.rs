@@ -125,7 +125,7 @@ pub fn add_modules(
                     });
                 }
                 let ty = quantization.matrix_type(w.dtype, c.in_features);
-                let bytes = crate::convert::matrix_bytes(ty, &w.to_f32(), c.in_features)?;
+                let bytes = crate::matrix_bytes::matrix_bytes(ty, &w.to_f32(), c.in_features)?;
                 let dims = [c.in_features as u64, c.out_features as u64];
                 out.tensor(&format!("dense.{dense}.weight"), &dims, ty, &bytes)?;
                 if c.bias {

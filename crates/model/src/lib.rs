@@ -4,41 +4,32 @@
 //! (`build_engine`), sampling with a per-sequence `Sampler`. `PackCache` keeps the kernels'
 //! packed weight layout in a file beside the model, so later loads map it instead of repacking.
 
-pub mod batch;
 pub mod config;
-pub mod draft;
 pub mod encoder;
-pub mod engine_setup;
 mod error;
 pub mod eval;
-pub mod executor;
-pub mod kv_cache;
-pub mod kv_disk;
-pub mod kv_groups;
-mod kv_shift;
-pub mod kv_transfer;
+pub mod kv;
 pub mod lora;
-pub mod model_runner;
 pub mod models;
 pub mod pack_cache;
+pub mod runner;
 pub mod sampler;
-mod tier_bytes;
 pub mod weights;
 
-pub use batch::{ForwardBatch, Logits, SeqChunk};
 pub use config::{Architecture, KvCacheDtype, ModelConfig};
-pub use draft::DraftProposer;
 pub use encoder::{Encoder, EncoderConfig, EncoderScratch, Pooling};
-pub use engine_setup::{EngineSetup, KvReport, build_engine, build_engine_with_draft};
 pub use error::ModelError;
-pub use executor::CpuExecutor;
-pub use kv_cache::KvCache;
-pub use kv_disk::{DiskTier, KvDiskConfig, KvDiskError};
-pub use kv_groups::KvGroupPlan;
-pub use kv_transfer::{KvTransferConfig, KvTransferCounters};
+pub use kv::cache::KvCache;
+pub use kv::disk::{DiskTier, KvDiskConfig, KvDiskError};
+pub use kv::groups::KvGroupPlan;
+pub use kv::tier_bytes::TierBytes;
+pub use kv::transfer::{KvTransferConfig, KvTransferCounters};
 pub use lora::{LoraAdapter, LoraError, LoraOptions, LoraTarget};
-pub use model_runner::ModelRunner;
 pub use models::Model;
 pub use pack_cache::{CacheMiss, PackCache, PackCacheStatus};
+pub use runner::batch::{ForwardBatch, Logits, SeqChunk};
+pub use runner::draft::DraftProposer;
+pub use runner::engine_setup::{EngineSetup, KvReport, build_engine, build_engine_with_draft};
+pub use runner::executor::CpuExecutor;
+pub use runner::model_runner::ModelRunner;
 pub use sampler::{PositionLogprobs, Sampled, Sampler, TokenLogprob, prompt_logprobs};
-pub use tier_bytes::TierBytes;

@@ -4,7 +4,7 @@
 
 use anyhow::{Context, bail};
 use clap::Args;
-use pagoda_core::spec::config::DEFAULT_AUTO_MAX;
+use pagoda_core::speculative::config::DEFAULT_AUTO_MAX;
 use pagoda_core::{NumSpecTokens, SpecConfig, SpecMethod};
 use serde_json::Value;
 

@@ -11,10 +11,14 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc::Sender;
 use tokio::sync::mpsc::error::TrySendError;
 
-use super::handle::{Shared, StreamError, StreamItem};
 use super::kv_event_queue::KvEventQueue;
+use super::stream_error::{StreamError, StreamItem};
 use crate::admission::QueueSlots;
-use crate::engine_core::{EngineCore, EngineOutput, ModelExecutor, RequestId};
+use crate::engine_core::EngineCore;
+use crate::engine_output::EngineOutput;
+use crate::engine_request::RequestId;
+use crate::engine_stats::EngineStats;
+use crate::executor::ModelExecutor;
 use crate::request::FinishReason;
 use crate::validation::CheckedRequest;
 
@@ -42,7 +46,7 @@ struct Route {
 pub(crate) fn run<E: ModelExecutor>(
     mut core: EngineCore<E>,
     rx: Receiver<Command>,
-    shared: Arc<Shared>,
+    stats: Arc<Mutex<EngineStats>>,
     mut kv_events: Option<KvEventQueue>,
 ) {
     let mut routes: HashMap<RequestId, Route> = HashMap::new();
@@ -52,7 +56,7 @@ pub(crate) fn run<E: ModelExecutor>(
             if disconnected {
                 break;
             }
-            publish(&core, &shared.stats);
+            publish(&core, &stats);
             match rx.recv() {
                 Ok(cmd) => {
                     if !apply(cmd, &mut core, &mut routes) {
@@ -124,11 +128,11 @@ pub(crate) fn run<E: ModelExecutor>(
         if let Some(q) = &mut kv_events {
             q.flush(&mut core);
         }
-        publish(&core, &shared.stats);
+        publish(&core, &stats);
     }
     // The memory cache dies with the process: what the tier lacks of it goes there first.
     core.flush_kv_tier();
-    publish(&core, &shared.stats);
+    publish(&core, &stats);
 }
 
 /// Applies a command; false means shut down.
@@ -219,7 +223,7 @@ fn send_error(routes: &mut HashMap<RequestId, Route>, id: RequestId, err: Stream
     }
 }
 
-fn publish<E: ModelExecutor>(core: &EngineCore<E>, stats: &Mutex<crate::EngineStats>) {
+fn publish<E: ModelExecutor>(core: &EngineCore<E>, stats: &Mutex<EngineStats>) {
     if let Ok(mut s) = stats.lock() {
         *s = core.stats();
     }

@@ -8,31 +8,14 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use thiserror::Error;
 use tokio::sync::mpsc as tmpsc;
 
 use super::engine_loop::{self, Command};
 use super::kv_event_queue::KvEventQueue;
+use super::stream_error::{StreamError, StreamItem};
 use crate::admission::Admission;
-use crate::engine_core::{
-    AddRequestError, EngineCore, EngineOutput, EngineRequest, EngineStats, ModelExecutor, RequestId,
-};
 use crate::validation::{CheckedRequest, RequestLimits};
-
-pub(crate) type StreamItem = Result<EngineOutput, StreamError>;
-
-/// Why a request's stream ended without its normal finish.
-#[derive(Debug, Clone, PartialEq, Error)]
-pub enum StreamError {
-    #[error("{0}")]
-    Rejected(AddRequestError),
-    #[error("the reader fell more than {0} outputs behind and was cut off")]
-    Overflow(usize),
-    #[error("the engine failed this request: {0}")]
-    Engine(String),
-    #[error("the engine is shutting down")]
-    Shutdown,
-}
+use crate::{EngineCore, EngineOutput, EngineRequest, EngineStats, ModelExecutor, RequestId};
 
 /// Limits the handle checks without asking the engine thread.
 #[derive(Clone, Copy, Debug)]
@@ -49,14 +32,11 @@ impl Default for HandleOptions {
     }
 }
 
-pub(crate) struct Shared {
-    pub(crate) stats: Mutex<EngineStats>,
-}
-
 /// The way in to a running engine. Cheap to share behind an `Arc`.
 pub struct EngineHandle {
     tx: Mutex<mpsc::Sender<Command>>,
-    shared: Arc<Shared>,
+    /// The engine's counters as of its last step, published by the engine thread.
+    stats: Arc<Mutex<EngineStats>>,
     next_id: AtomicU64,
     admission: Arc<Admission>,
     limits: RequestLimits,
@@ -83,18 +63,16 @@ impl EngineHandle {
             core.enable_kv_events();
         }
         let (tx, rx) = mpsc::channel();
-        let shared = Arc::new(Shared {
-            stats: Mutex::new(core.stats()),
-        });
+        let stats = Arc::new(Mutex::new(core.stats()));
         let admission = Arc::clone(core.admission());
         let limits = core.limits();
-        let thread_shared = Arc::clone(&shared);
+        let thread_stats = Arc::clone(&stats);
         let thread = std::thread::Builder::new()
             .name("pagoda-engine".into())
-            .spawn(move || engine_loop::run(core, rx, thread_shared, kv_events))?;
+            .spawn(move || engine_loop::run(core, rx, thread_stats, kv_events))?;
         Ok(Self {
             tx: Mutex::new(tx),
-            shared,
+            stats,
             next_id: AtomicU64::new(1),
             admission,
             limits,
@@ -166,11 +144,7 @@ impl EngineHandle {
 
     /// The engine's counters as of its last step.
     pub fn stats(&self) -> EngineStats {
-        self.shared
-            .stats
-            .lock()
-            .map(|s| s.clone())
-            .unwrap_or_default()
+        self.stats.lock().map(|s| s.clone()).unwrap_or_default()
     }
 
     /// Sequences waiting for their first step.

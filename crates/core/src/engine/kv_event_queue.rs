@@ -8,7 +8,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::sync::mpsc::{self, Receiver, Sender, error::TrySendError};
 
-use crate::engine_core::{EngineCore, ModelExecutor};
+use crate::engine_core::EngineCore;
+use crate::executor::ModelExecutor;
 use crate::kv::KvEvent;
 
 /// One step's events (vLLM's `KVEventBatch`).

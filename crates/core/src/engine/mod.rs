@@ -4,6 +4,8 @@
 mod engine_loop;
 mod handle;
 mod kv_event_queue;
+mod stream_error;
 
-pub use handle::{EngineHandle, HandleOptions, RequestStream, StreamError};
+pub use handle::{EngineHandle, HandleOptions, RequestStream};
 pub use kv_event_queue::{KvEventBatch, KvEventQueue, kv_event_queue};
+pub use stream_error::StreamError;

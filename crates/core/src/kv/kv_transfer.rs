@@ -1,7 +1,7 @@
 //! Prefill/decode disaggregation as the engine core sees it: a request's `KvTransfer` says
 //! whether its prompt's blocks leave for a decode replica once computed (`Send`) or arrive
 //! from a prefill replica before it runs (`Receive`). The core only holds and names blocks;
-//! the bytes move in `pagoda-model` (`kv_transfer/`), over TCP.
+//! the bytes move in `pagoda-model` (`kv/transfer/`), over TCP.
 
 use super::block_hash::BlockHash;
 use super::block_pool::BlockId;

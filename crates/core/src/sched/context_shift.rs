@@ -7,16 +7,20 @@ use super::output::ContextShift;
 use super::scheduler::Scheduler;
 use crate::request::{Request, SeqId};
 
-/// `(kept blocks, discarded blocks)` for `req`, or `None` when nothing can go: the computed
-/// blocks past the kept ones are fewer than two, so there is no half to discard.
-pub(super) fn plan(req: &Request, keep: usize, block_size: usize) -> Option<(usize, usize)> {
-    let keep_blocks = keep.div_ceil(block_size);
-    let full = req.num_computed_tokens / block_size;
-    let discard = full.saturating_sub(keep_blocks) / 2;
-    (discard > 0).then_some((keep_blocks, discard))
-}
-
 impl Scheduler {
+    /// `(kept blocks, discarded blocks)` for `req`, or `None` when nothing can go: the computed
+    /// blocks past the kept ones are fewer than two, so there is no half to discard.
+    pub(super) fn shift_plan(
+        req: &Request,
+        keep: usize,
+        block_size: usize,
+    ) -> Option<(usize, usize)> {
+        let keep_blocks = keep.div_ceil(block_size);
+        let full = req.num_computed_tokens / block_size;
+        let discard = full.saturating_sub(keep_blocks) / 2;
+        (discard > 0).then_some((keep_blocks, discard))
+    }
+
     /// Shifts `seq` (which `update_from_output` marked): its tokens, and its blocks with the
     /// KV copies the executor makes before this step's forward pass. Returns false when the
     /// pool had no blocks to copy into: the sequence was preempted instead and is recomputed
@@ -28,7 +32,7 @@ impl Scheduler {
             return true;
         };
         req.needs_shift = false;
-        let Some((keep_blocks, discard_blocks)) = plan(req, keep, block_size) else {
+        let Some((keep_blocks, discard_blocks)) = Self::shift_plan(req, keep, block_size) else {
             return true; // update_from_output checked; nothing to do
         };
         let copies = self.kv.shift(seq, keep_blocks, discard_blocks);

@@ -14,11 +14,10 @@ use std::time::Instant;
 use super::output::{ContextShift, NewSeqData, ScheduledSeq, SchedulerOutput};
 use super::queue::{QueueKey, WaitingQueue};
 use super::stop::check_stop;
-use super::tier_load::TierStep;
 use crate::config::SchedulerConfig;
 use crate::kv::{BlockId, ComputedBlocks, KvCacheManager, KvSend, KvTransfer, NULL_BLOCK};
 use crate::request::{FinishReason, Request, RequestStatus, SeqId};
-use crate::spec::{SpecCandidate, SpecConfig, SpecController};
+use crate::speculative::{SpecCandidate, SpecConfig, SpecController};
 
 /// What the executor produced for one sequence in a step.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -278,8 +277,8 @@ impl Scheduler {
                     None => continue,
                 };
                 let computed = match self.through_tier(seq, computed, &mut out) {
-                    TierStep::Go(c) => c,
-                    TierStep::Wait => continue, // its blocks are being read from the tier
+                    Some(c) => c,
+                    None => continue, // its blocks are being read from the tier
                 };
                 let req = &self.requests[&seq];
                 if self.kv.next_block_in_flight(req, computed.num_blocks()) {
@@ -541,7 +540,7 @@ impl Scheduler {
                 if finish == Some(FinishReason::Length)
                     && let Some(keep) = self.config.context_shift_keep
                     && req.num_output_tokens() < req.params.max_tokens as usize
-                    && super::context_shift::plan(req, keep, block_size).is_some()
+                    && Self::shift_plan(req, keep, block_size).is_some()
                 {
                     req.needs_shift = true;
                     finish = None;

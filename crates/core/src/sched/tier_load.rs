@@ -9,33 +9,24 @@ use super::scheduler::Scheduler;
 use crate::kv::{ComputedBlocks, KvTransfer, PendingLoad};
 use crate::request::SeqId;
 
-/// What the waiting loop does with a sequence after asking the tier.
-pub(super) enum TierStep {
-    /// Admit it with this hit.
-    Go(ComputedBlocks),
-    /// Its blocks are being read: skip it this step.
-    Wait,
-}
-
 impl Scheduler {
     /// Looks past `computed` (the memory hit of waiting `seq`) in the lower tier; installs a
-    /// finished read's blocks (their writes go in `out.kv_loads`).
+    /// finished read's blocks (their writes go in `out.kv_loads`). Returns the hit to admit the
+    /// sequence with, or `None` while its blocks are being read (skip it this step).
     pub(super) fn through_tier(
         &mut self,
         seq: SeqId,
         computed: ComputedBlocks,
         out: &mut SchedulerOutput,
-    ) -> TierStep {
+    ) -> Option<ComputedBlocks> {
         let Some(tier) = self.kv.tier().cloned() else {
-            return TierStep::Go(computed);
+            return Some(computed);
         };
         let Some(req) = self.requests.get(&seq) else {
-            return TierStep::Go(computed);
+            return Some(computed);
         };
         if let Some(load) = req.loading.clone() {
-            let Some(read) = tier.poll(load.ticket) else {
-                return TierStep::Wait;
-            };
+            let read = tier.poll(load.ticket)?; // not read yet: wait
             let loads = self.kv.install(req, &load, read);
             if loads.is_empty() {
                 tier.cancel(load.ticket);
@@ -45,10 +36,10 @@ impl Scheduler {
             if let Some(r) = self.requests.get_mut(&seq) {
                 r.loading = None;
             }
-            return TierStep::Go(computed);
+            return Some(computed);
         }
         if req.tier_checked {
-            return TierStep::Go(computed);
+            return Some(computed);
         }
         // A decode-role request waits for its prompt's blocks from the prefill replica (or
         // until the transfer fails or times out: then it computes the prompt itself).
@@ -58,11 +49,11 @@ impl Scheduler {
                 r.awaiting_transfer = waiting;
             }
             if waiting {
-                return TierStep::Wait;
+                return None;
             }
         }
         let Some(req) = self.requests.get(&seq) else {
-            return TierStep::Go(computed);
+            return Some(computed);
         };
         let hit = computed.num_blocks();
         let (n, keys, looked) = self.kv.tier_hit(req, hit);
@@ -71,18 +62,18 @@ impl Scheduler {
         let found = if worth { n } else { 0 };
         tier.record_lookup(found, looked - found);
         let Some(r) = self.requests.get_mut(&seq) else {
-            return TierStep::Go(computed);
+            return Some(computed);
         };
         r.tier_checked = true;
         if !worth {
-            return TierStep::Go(computed);
+            return Some(computed);
         }
         r.loading = Some(PendingLoad {
             ticket: tier.prefetch(keys),
             first_block: hit,
             num_blocks: n,
         });
-        TierStep::Wait
+        None
     }
 
     /// Sequences waiting for a prefill replica's transfer.

@@ -3,8 +3,8 @@
 //! the second half of each chunk scored, so every scored token sees at least `ctx / 2` tokens
 //! of context.
 
-use crate::batch::{ForwardBatch, Logits, SeqChunk};
 use crate::eval::EvalError;
+use crate::runner::batch::{ForwardBatch, Logits, SeqChunk};
 use crate::{CpuExecutor, Model};
 
 const BLOCK_SIZE: usize = 16;

@@ -17,7 +17,7 @@ use pagoda_kernels::ops::{self, Rope};
 use pagoda_kernels::parallel;
 
 use crate::config::{Architecture, KvCacheDtype, ModelConfig};
-use crate::kv_cache::Arenas;
+use crate::kv::cache::Arenas;
 use crate::lora::{LoraAdapter, LoraRows};
 use crate::pack_cache::{PackCache, PackCacheStatus, PackSession};
 use crate::weights::{Linear, Matrix, Weights};

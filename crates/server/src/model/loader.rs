@@ -89,13 +89,13 @@ pub fn load_engine(path: &Path, opts: &LoadOptions<'_>) -> Result<LoadedModel, L
     if let Some(d) = &mut setup.kv_disk
         && d.model_identity.is_empty()
     {
-        d.model_identity = pagoda_model::kv_disk::model_identity(path);
+        d.model_identity = pagoda_model::kv::disk::model_identity(path);
     }
     // Both sides of a KV transfer check they run the same model (name and size).
     if let Some(t) = &mut setup.kv_transfer
         && t.model_identity.is_empty()
     {
-        t.model_identity = pagoda_model::kv_transfer::model_identity(path);
+        t.model_identity = pagoda_model::kv::transfer::model_identity(path);
     }
     let (core, report) = pagoda_model::build_engine_with_draft(model, draft, &setup)
         .map_err(|e| LoadError::Model(e.to_string()))?;

@@ -6,7 +6,7 @@ use pagoda_kernels::attention::{KvElement, KvLayout};
 use pagoda_kernels::cpu::simd_level;
 use pagoda_kernels::ops::Rope;
 
-use crate::kv_cache::{Arenas, KvCache};
+use crate::kv::cache::{Arenas, KvCache};
 use crate::models::Model;
 
 /// Copies each `(src, dst)` block of every layer, keys rotated back by `delta` positions. The

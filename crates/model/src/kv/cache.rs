@@ -10,7 +10,7 @@ use half::f16;
 use pagoda_kernels::attention::KvLayout;
 
 use crate::config::KvCacheDtype;
-use crate::kv_groups::KvGroupPlan;
+use crate::kv::groups::KvGroupPlan;
 use crate::{ModelConfig, ModelError};
 
 /// K and V arenas for every layer.

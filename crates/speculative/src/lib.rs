@@ -1,4 +1,4 @@
-//! pagoda-spec: proposers for speculative decoding that look only at token ids (no model):
+//! pagoda-speculative: proposers for speculative decoding that look only at token ids (no model):
 //! n-gram prompt lookup (vLLM's `ngram_proposer.py`) and SuffixDecoding (Arctic Inference).
 //! The engine asks a `Proposer` for draft tokens each step; the target model verifies them.
 #![deny(missing_docs)]

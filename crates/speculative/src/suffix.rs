@@ -341,7 +341,7 @@ mod tests {
         );
     }
 
-    /// Manual timing: `cargo test -p pagoda-spec -- --ignored --nocapture suffix_timing`.
+    /// Manual timing: `cargo test -p pagoda-speculative -- --ignored --nocapture suffix_timing`.
     #[test]
     #[ignore]
     fn suffix_timing() {

@@ -1,9 +1,9 @@
 //! One KV block as bytes: every arena slot's K then V values of the block, then for int8 every
 //! slot's K then V scales, each element little-endian as in memory. A block's payload is a
-//! function of its id alone (`kv_cache.rs`), whichever KV group it serves, so saving and
+//! function of its id alone (`kv/cache.rs`), whichever KV group it serves, so saving and
 //! restoring it is a memcpy of fixed ranges (about 0.1 ms for SmolLM2's 360 KiB block).
 
-use crate::kv_cache::{Arenas, KvCache};
+use crate::kv::cache::{Arenas, KvCache};
 
 // The file format is little-endian and the copies below are of memory as it is.
 const _: () = assert!(

@@ -1,7 +1,7 @@
 //! The wire format of a KV transfer (prefill replica -> decode replica, one TCP connection per
 //! transfer): a `Begin` frame (version, layout digest, transfer id, block count, payload
 //! length), one `Block` frame per block (group key, then the block's per-layer K and V bytes
-//! as `kv_disk/block_bytes.rs` lays them out), an `End` frame. Every frame is
+//! as `kv/disk/block_bytes.rs` lays them out), an `End` frame. Every frame is
 //! `magic "PGKX" | kind u8 | body length u32 LE | body | checksum u64 LE` (the pack cache's
 //! checksum of the body, the kind mixed in); a peer's lengths are bounded before anything is allocated.
 

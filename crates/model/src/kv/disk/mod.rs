@@ -24,7 +24,6 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use pagoda_core::kv::{BlockHash, KvGroup, KvTier, KvTierStats, LoadTicket};
-use sha2::{Digest, Sha256};
 use thiserror::Error;
 
 use crate::KvCache;
@@ -150,7 +149,7 @@ impl DiskTier {
         };
         fs::create_dir_all(&dir).map_err(io_err)?;
         let lock = lock_dir(&dir)?;
-        let digest = layout_digest(&config.model_identity, kv, groups);
+        let digest = kv.layout_digest("kv-disk", format::VERSION, &config.model_identity, groups);
         let payload_len = kv.block_payload_len();
         let (mut index, report) = Index::scan(&dir, &digest, payload_len).map_err(io_err)?;
         let file_len = format::file_len(payload_len);
@@ -390,22 +389,6 @@ fn lock_dir(dir: &Path) -> Result<File, KvDiskError> {
             source,
         }),
     }
-}
-
-/// SHA-256 of everything a block's bytes depend on besides its tokens: the model file, the
-/// KV element type, block size, heads, head size, layers per block and the group layout.
-fn layout_digest(model_identity: &str, kv: &KvCache, groups: &[KvGroup]) -> [u8; 32] {
-    let l = kv.layout();
-    let text = format!(
-        "pagoda kv-disk v{}; model {model_identity}; dtype {}; block_size {}; kv_heads {}; head_dim {}; slots {}; groups {groups:?}",
-        format::VERSION,
-        kv.dtype().name(),
-        l.block_size,
-        l.num_kv_heads,
-        l.head_dim,
-        kv.num_arena_slots(),
-    );
-    Sha256::digest(text.as_bytes()).into()
 }
 
 /// `--kv-disk-dir`'s default model identity for a model at `path`: its file name, size and

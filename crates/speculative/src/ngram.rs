@@ -244,7 +244,7 @@ mod tests {
         );
     }
 
-    /// Manual timing: `cargo test -p pagoda-spec --release -- --ignored --nocapture ngram_timing`.
+    /// Manual timing: `cargo test -p pagoda-speculative --release -- --ignored --nocapture ngram_timing`.
     /// 32 sequences of 8k tokens with a small alphabet (many hits) and no long match.
     #[test]
     #[ignore]

@@ -5,11 +5,11 @@
 
 use pagoda_core::config::{check_kv_budget, default_kv_budget};
 use pagoda_core::{CacheConfig, EngineCore, SchedulerConfig, SpecConfig, SpecMethod};
-use pagoda_spec::{NgramProposer, SuffixConfig, SuffixProposer};
+use pagoda_speculative::{NgramProposer, SuffixConfig, SuffixProposer};
 
 use std::sync::Arc;
 
-use crate::kv_transfer::{self, KvSender, TransferStore};
+use crate::kv::transfer::{self, KvSender, TransferStore};
 use crate::{
     CpuExecutor, DiskTier, DraftProposer, KvCacheDtype, KvDiskConfig, KvGroupPlan,
     KvTransferConfig, Model, ModelError, ModelRunner,
@@ -256,7 +256,7 @@ fn open_transfer(
     let Some(c) = &setup.kv_transfer else {
         return Ok(None);
     };
-    let layout = kv_transfer::layout_digest(&c.model_identity, &exec.kv_cache, &cache.groups);
+    let layout = transfer::layout_digest(&c.model_identity, &exec.kv_cache, &cache.groups);
     let payload_len = exec.kv_cache.block_payload_len();
     let io = |e: std::io::Error| ModelError::InvalidRequest(format!("KV transfer: {e}"));
     Ok(match c.role {
@@ -295,7 +295,7 @@ fn open_tier(
 ) -> Result<DiskTier, ModelError> {
     let prefill_tps = match config.prefill_tokens_per_sec {
         Some(t) => t as f64,
-        None => crate::model_runner::time_steps(exec, &[64])
+        None => crate::runner::calibration::time_steps(exec, &[64])
             .first()
             .map_or(1000.0, |&(n, secs)| n as f64 / secs.max(1e-9)),
     };

@@ -11,10 +11,10 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use pagoda_core::DraftWork;
-use pagoda_spec::{ProposeRequest, Proposer};
+use pagoda_speculative::{ProposeRequest, Proposer};
 
-use crate::batch::{Logits, SeqChunk};
-use crate::model_runner::time_steps;
+use crate::runner::batch::{Logits, SeqChunk};
+use crate::runner::calibration::time_steps;
 use crate::sampler::argmax;
 use crate::{CpuExecutor, ForwardBatch, Model, ModelError};
 

@@ -410,7 +410,7 @@ impl KvTier for TransferStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kv_transfer::KvSender;
+    use crate::kv::transfer::KvSender;
 
     fn config(timeout_ms: u64) -> KvTransferConfig {
         KvTransferConfig {

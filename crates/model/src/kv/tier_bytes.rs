@@ -28,7 +28,7 @@ impl TierBytes for crate::DiskTier {
     }
 }
 
-impl TierBytes for crate::kv_transfer::TransferStore {
+impl TierBytes for crate::kv::transfer::TransferStore {
     fn save(&self, _key: BlockHash, _payload: Vec<u8>) {}
 
     fn save_blocking(&self, _key: BlockHash, _payload: Vec<u8>) {}

@@ -14,7 +14,6 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 use pagoda_core::kv::{KvGroup, KvRole};
-use sha2::{Digest, Sha256};
 
 pub use frame::{Frame, FrameError};
 pub use sender::KvSender;
@@ -82,21 +81,15 @@ impl KvTransferCounters {
     }
 }
 
-/// SHA-256 of what a block's bytes depend on besides its tokens: the model (name and size,
-/// not the path or mtime, which differ between machines), KV dtype, block size, heads, head
-/// size, arena slots and the group layout.
+/// The layout digest both sides of a transfer must share. The model identity is the file's
+/// name and size, not its path or mtime, which differ between machines.
 pub fn layout_digest(model_identity: &str, kv: &KvCache, groups: &[KvGroup]) -> [u8; 32] {
-    let l = kv.layout();
-    let text = format!(
-        "pagoda kv-transfer v{}; model {model_identity}; dtype {}; block_size {}; kv_heads {}; head_dim {}; slots {}; groups {groups:?}",
-        frame::VERSION,
-        kv.dtype().name(),
-        l.block_size,
-        l.num_kv_heads,
-        l.head_dim,
-        kv.num_arena_slots(),
-    );
-    Sha256::digest(text.as_bytes()).into()
+    kv.layout_digest(
+        "kv-transfer",
+        u32::from(frame::VERSION),
+        model_identity,
+        groups,
+    )
 }
 
 /// A model file's identity for the layout digest: its file name and size.

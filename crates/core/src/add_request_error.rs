@@ -1,0 +1,30 @@
+//! Why the engine refuses a request at admission: invalid as sent (`ValidationError`), a
+//! duplicate id, or a full waiting queue.
+
+use thiserror::Error;
+
+use crate::engine_request::RequestId;
+use crate::validation::ValidationError;
+
+/// A request the engine will not run: invalid as sent, or not now.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum AddRequestError {
+    #[error(transparent)]
+    Invalid(#[from] ValidationError),
+    #[error("request id {0} is already in use")]
+    DuplicateId(RequestId),
+    /// The queue cannot take this request now; it may later.
+    #[error(
+        "the waiting queue holds {waiting} of at most {limit} sequences and this request needs {requested}"
+    )]
+    QueueFull {
+        waiting: usize,
+        requested: usize,
+        limit: usize,
+    },
+    /// The request alone needs more queue slots than there are: it can never be admitted.
+    #[error(
+        "this request needs {requested} sequences (prompts x n) but at most {limit} may wait at once"
+    )]
+    NeverAdmissible { requested: usize, limit: usize },
+}
