@@ -16,6 +16,7 @@ mod health;
 pub mod index;
 pub mod metrics;
 pub mod pd;
+pub mod pd_metrics;
 pub mod policy;
 pub mod pool;
 mod prom;

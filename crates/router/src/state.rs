@@ -26,7 +26,7 @@ pub struct RouterState {
     pub prefill: Arc<Pool>,
     pub pd_threshold: usize,
     pub pd_prefill_timeout: std::time::Duration,
-    pub pd_metrics: crate::pd::PdMetrics,
+    pub pd_metrics: crate::pd_metrics::PdMetrics,
 }
 
 impl RouterState {

@@ -12,16 +12,6 @@ const MAX_SIMD_LINES: usize = 800;
 /// A module path inside one crate: `["kv", "cache"]` for `src/kv/cache.rs` or `src/kv/cache/mod.rs`.
 type ModPath = Vec<String>;
 
-/// Circles known when the check was written, in files being moved or rewritten for issue 41
-/// (the server's folders, the router's metrics); each entry is one circle's files as the
-/// failure message names them, to be deleted when the circle is broken.
-const PENDING_CIRCLES: &[&str] = &[
-    "crates/router/src/pd.rs -> crates/router/src/proxy.rs -> crates/router/src/state.rs",
-    "crates/server/src/kv_disk_metrics.rs -> crates/server/src/metrics.rs -> crates/server/src/spec_metrics.rs",
-    "crates/server/src/request_id.rs -> crates/server/src/trace_context.rs",
-    "crates/server/src/auth.rs -> crates/server/src/state.rs -> crates/server/src/tenants/mod.rs",
-];
-
 #[test]
 fn no_source_file_is_oversized() {
     let mut oversized = Vec::new();
@@ -56,9 +46,7 @@ fn no_files_import_each_other_in_a_circle() {
         for circle in modules.circles() {
             let files: Vec<String> = circle.iter().map(|m| shown(&modules.files[m])).collect();
             let files = files.join(" -> ");
-            if !PENDING_CIRCLES.contains(&files.as_str()) {
-                circles.push(format!("{files}\n{}", modules.edges_within(&circle)));
-            }
+            circles.push(format!("{files}\n{}", modules.edges_within(&circle)));
         }
     }
     assert!(
