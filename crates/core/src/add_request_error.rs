@@ -1,16 +1,16 @@
-//! Why the engine refuses a request at admission: invalid as sent (`ValidationError`), a
+//! Why the engine refuses a request at admission: invalid as sent (`LimitError`), a
 //! duplicate id, or a full waiting queue.
 
 use thiserror::Error;
 
 use crate::engine_request::RequestId;
-use crate::validation::ValidationError;
+use crate::validation::LimitError;
 
 /// A request the engine will not run: invalid as sent, or not now.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum AddRequestError {
     #[error(transparent)]
-    Invalid(#[from] ValidationError),
+    Invalid(#[from] LimitError),
     #[error("request id {0} is already in use")]
     DuplicateId(RequestId),
     /// The queue cannot take this request now; it may later.

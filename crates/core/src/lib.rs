@@ -40,4 +40,4 @@ pub use sampling_params::{SamplingParams, SamplingParamsError};
 pub use sched::{ScheduledSeq, SchedulerOutput};
 pub use speculative::{NumSpecTokens, SpecConfig, SpecCounters, SpecMethod};
 pub use tenant::Tenant;
-pub use validation::{CheckedRequest, RequestLimits, ValidationError};
+pub use validation::{CheckedRequest, LimitError, RequestLimits};

@@ -59,7 +59,7 @@ impl CheckedRequest {
 
 /// A request the engine will never run as sent, naming the field, the bound and the value.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum ValidationError {
+pub enum LimitError {
     #[error("{}", self.describe(&|f| f))]
     EmptyPrompt,
     #[error("{}", self.describe(&|f| f))]
@@ -79,7 +79,7 @@ pub enum ValidationError {
     Params(#[from] SamplingParamsError),
 }
 
-impl ValidationError {
+impl LimitError {
     /// The request field at fault, in the engine's names (`prompt`, `max_tokens`, ...).
     pub fn field(&self) -> &'static str {
         match self {
@@ -130,9 +130,9 @@ impl ValidationError {
 
 impl RequestLimits {
     /// Checks `req` against every bound; the first one broken is the error.
-    pub fn check(&self, req: EngineRequest) -> Result<CheckedRequest, ValidationError> {
+    pub fn check(&self, req: EngineRequest) -> Result<CheckedRequest, LimitError> {
         if req.prompt_token_ids.is_empty() {
-            return Err(ValidationError::EmptyPrompt);
+            return Err(LimitError::EmptyPrompt);
         }
         req.params.validate()?;
         req.params.validate_against_vocab(self.vocab_size)?;
@@ -142,7 +142,7 @@ impl RequestLimits {
             .enumerate()
             .find(|(_, t)| **t as usize >= self.vocab_size)
         {
-            return Err(ValidationError::BadToken {
+            return Err(LimitError::BadToken {
                 token,
                 position,
                 vocab_size: self.vocab_size,
@@ -152,7 +152,7 @@ impl RequestLimits {
         let max_tokens = req.params.max_tokens as usize;
         let total = prompt + max_tokens;
         if prompt >= self.max_model_len || (total > self.max_model_len && !self.context_shift) {
-            return Err(ValidationError::TooLong {
+            return Err(LimitError::TooLong {
                 prompt,
                 max_tokens,
                 total,

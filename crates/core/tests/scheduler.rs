@@ -8,8 +8,8 @@ use crate::common;
 use common::*;
 use pagoda_core::kv::{KvGroup, NULL_BLOCK};
 use pagoda_core::{
-    AddRequestError, FinishReason, NumSpecTokens, SchedulerConfig, SchedulingPolicy, SpecConfig,
-    SpecMethod, ValidationError,
+    AddRequestError, FinishReason, LimitError, NumSpecTokens, SchedulerConfig, SchedulingPolicy,
+    SpecConfig, SpecMethod,
 };
 
 fn sched(max_batched: usize, threshold: usize) -> SchedulerConfig {
@@ -272,18 +272,18 @@ fn bad_requests_are_rejected_with_reasons() {
     let mut core = engine(16, 4, sched(64, 0), false);
     assert_eq!(
         core.add_request(request(1, vec![], 4)),
-        Err(AddRequestError::Invalid(ValidationError::EmptyPrompt))
+        Err(AddRequestError::Invalid(LimitError::EmptyPrompt))
     );
     assert!(matches!(
         core.add_request(request(2, vec![VOCAB + 5], 4)),
-        Err(AddRequestError::Invalid(ValidationError::BadToken {
+        Err(AddRequestError::Invalid(LimitError::BadToken {
             position: 0,
             ..
         }))
     ));
     assert!(matches!(
         core.add_request(request(3, vec![1; 1000], 100)),
-        Err(AddRequestError::Invalid(ValidationError::TooLong {
+        Err(AddRequestError::Invalid(LimitError::TooLong {
             prompt: 1000,
             max_tokens: 100,
             total: 1100,

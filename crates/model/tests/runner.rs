@@ -5,7 +5,7 @@
 
 use crate::common;
 
-use pagoda_core::{AddRequestError, EngineRequest, FinishReason, SamplingParams, ValidationError};
+use pagoda_core::{AddRequestError, EngineRequest, FinishReason, LimitError, SamplingParams};
 use pagoda_model::{CpuExecutor, build_engine, sampler};
 use pagoda_testkit::tiny_model::TinyModel;
 
@@ -137,11 +137,11 @@ fn bad_requests_are_refused() {
     };
     assert_eq!(
         core.add_request(req(vec![], 4)),
-        Err(AddRequestError::Invalid(ValidationError::EmptyPrompt))
+        Err(AddRequestError::Invalid(LimitError::EmptyPrompt))
     );
     assert!(matches!(
         core.add_request(req(vec![1, 100_000], 4)),
-        Err(AddRequestError::Invalid(ValidationError::BadToken {
+        Err(AddRequestError::Invalid(LimitError::BadToken {
             position: 1,
             ..
         }))
@@ -149,7 +149,7 @@ fn bad_requests_are_refused() {
     let long = common::prompt(report.max_model_len, 4, 256, 1);
     assert!(matches!(
         core.add_request(req(long, 4)),
-        Err(AddRequestError::Invalid(ValidationError::TooLong { .. }))
+        Err(AddRequestError::Invalid(LimitError::TooLong { .. }))
     ));
     assert!(!core.has_work());
 }

@@ -127,7 +127,7 @@ fn every_method_matches_plain_decoding_on_the_qwen_pair() {
     assert!(edited.contains("fn surface"), "{edited}");
     let draft = SpecMethod::DraftModel { path: DRAFT.into() };
     // The n-gram proposer shares the suffix proposer's verification path on the engine side
-    // (its proposals are checked in crates/spec and on tiny models); the real pair runs the two
+    // (its proposals are checked in crates/speculative and on tiny models); the real pair runs the two
     // that differ there, a prompt-copying proposer with `auto` K and a draft model, to keep CI
     // time.
     for (method, k) in [

@@ -104,7 +104,7 @@ pub enum ValidationError {
     /// A prompt or parameter outside the engine's limits.
     #[error("{}", error.describe(&|f| names.rename(f)))]
     Engine {
-        error: pagoda_core::ValidationError,
+        error: pagoda_core::LimitError,
         names: FieldNames,
         /// Which prompt, for a request with several.
         prompt: usize,
