@@ -16,7 +16,7 @@ use pagoda_model::{EngineSetup, build_engine};
 // (4,000 tokens) crossed the same window and chunk edges at several times the cost.
 const PROMPT: usize = 1600;
 const CHUNK: usize = 1024;
-const _: () = assert!(PROMPT > 2 * 512 && PROMPT > CHUNK && PROMPT % 16 == 0);
+const _: () = assert!(PROMPT > 2 * 512 && PROMPT > CHUNK && PROMPT.is_multiple_of(16));
 
 fn setup(freeing: bool) -> EngineSetup {
     EngineSetup {
