@@ -151,9 +151,12 @@ fn invariance(file: &str, count: usize, max_tokens: u32, dtype: KvCacheDtype) {
     assert_eq!(core.scheduler().kv().pool().num_free(), blocks);
 }
 
+/// 32 requests keep batches wider than the int8 test's 16; 8 tokens each (16 took twice as
+/// long: the one-at-a-time reference run is a step per token per request) still cross two
+/// 4-token blocks in the preemption run.
 #[test]
 fn smollm2_greedy_tokens_do_not_depend_on_the_batch() {
-    invariance(common::SMOLLM2, 32, 16, KvCacheDtype::F16);
+    invariance(common::SMOLLM2, 32, 8, KvCacheDtype::F16);
 }
 
 #[test]

@@ -14,6 +14,7 @@ import argparse
 import json
 import sys
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 
 import openai
 
@@ -169,15 +170,27 @@ def main():
         if unknown:
             sys.exit(f"unknown checks: {sorted(unknown)}")
         checks = [fn for fn in CHECKS if fn.__name__ in wanted]
-    for fn in checks:
+
+    def run(fn):
         try:
             fn(c)
-            print(f"ok    {fn.__name__}")
+            return None
         except Exception as e:  # noqa: BLE001 - report every failure
-            failed.append(fn.__name__)
-            print(f"FAIL  {fn.__name__}: {e}")
-            if not isinstance(e, Failed):
-                traceback.print_exc()
+            return e, traceback.format_exc()
+
+    # The checks are independent and greedy (outputs do not depend on the batch): sent at once,
+    # the server decodes them in one batch instead of one request after another.
+    with ThreadPoolExecutor(max_workers=len(checks)) as pool:
+        results = list(pool.map(run, checks))
+    for fn, result in zip(checks, results):
+        if result is None:
+            print(f"ok    {fn.__name__}")
+            continue
+        e, tb = result
+        failed.append(fn.__name__)
+        print(f"FAIL  {fn.__name__}: {e}")
+        if not isinstance(e, Failed):
+            print(tb, file=sys.stderr)
     print(f"{len(checks) - len(failed)}/{len(checks)} checks passed")
     sys.exit(1 if failed else 0)
 
