@@ -14,13 +14,7 @@ use pagoda_kv_events::msgpack::encode_batch;
 use pagoda_kv_events::{END_SEQ, SubscribeTo, SubscriberEvent, subscribe};
 use zeromq::{PubSocket, RouterSocket, Socket, SocketRecv, SocketSend, ZmqMessage};
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use pagoda_testkit::free_port;
 
 fn batch(ts: f64) -> Vec<u8> {
     encode_batch(&KvEventBatch {

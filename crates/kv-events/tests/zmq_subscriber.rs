@@ -23,13 +23,7 @@ fn python() -> String {
     std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_owned())
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use pagoda_testkit::free_port;
 
 #[test]
 fn published_events_add_up_to_the_cached_blocks() {

@@ -18,13 +18,7 @@ fn model() -> PathBuf {
     dir.join("SmolLM2-135M-Instruct.Q4_1.gguf")
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use pagoda_testkit::free_port;
 
 fn serve(port: u16, dir: &Path, stderr: Stdio) -> Child {
     Command::new(env!("CARGO_BIN_EXE_pagoda"))

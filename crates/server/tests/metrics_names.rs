@@ -23,13 +23,7 @@ use serde_json::json;
 
 const API_KEY: &str = "metrics-names-key";
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use pagoda_testkit::free_port;
 
 /// A tiny llama, a LoRA adapter for it, and a disk-tier directory under `dir`.
 fn write_model(dir: &Path) -> (PathBuf, PathBuf) {

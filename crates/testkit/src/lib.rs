@@ -7,3 +7,15 @@ pub mod hf_checkpoint;
 pub mod lora_adapter;
 pub mod metrics_names;
 pub mod tiny_model;
+
+/// A loopback port free at the time of asking, for a test server or publisher to bind (the
+/// kernel picks it; another process could take it before the test binds, which loopback tests
+/// accept).
+#[allow(clippy::unwrap_used)]
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}

@@ -33,13 +33,7 @@ fn pagoda_bin() -> PathBuf {
     bin
 }
 
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+pub use pagoda_testkit::free_port;
 
 /// A `pagoda serve` child process, killed when dropped.
 pub struct Replica {
