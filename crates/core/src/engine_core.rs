@@ -19,7 +19,7 @@ use crate::kv::{BlockHash, KvCacheManager, KvEvent, KvTier};
 use crate::logprobs::PositionLogprobs;
 use crate::request::{FinishReason, Request, SeqId};
 use crate::sched::{Scheduler, SeqResult};
-use crate::speculative::SpecConfig;
+use crate::speculative::{NumSpecTokens, SpecConfig};
 use crate::validation::{CheckedRequest, RequestLimits};
 
 struct SeqInfo {
@@ -89,8 +89,14 @@ impl<E: ModelExecutor> EngineCore<E> {
     }
 
     /// Turns speculative decoding on: the executor must propose and verify (it was built with
-    /// a proposer), and is timed first so `auto` has a cost curve from the first step.
+    /// a proposer). With `auto` K it is timed first so the choice has a cost curve from the
+    /// first step; a fixed K never reads the curve, so it starts without the timing (seconds
+    /// on a 1.5B model), and steps still teach the curve as they run.
     pub fn enable_speculation(&mut self, config: SpecConfig) {
+        if !matches!(config.num_speculative_tokens, NumSpecTokens::Auto { .. }) {
+            self.scheduler.set_speculation(config);
+            return;
+        }
         let calibration = self.executor.calibrate();
         let ms = |v: &[(usize, f64)]| {
             v.iter()
