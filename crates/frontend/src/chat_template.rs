@@ -12,6 +12,12 @@ use serde::{Deserialize, Serialize};
 use crate::error::TemplateError;
 use crate::template_source::TemplateSource;
 
+/// The work one render may do, in minijinja's fuel: an instruction costs one, and 64 bytes of
+/// output or of values made cost one, so this bounds a render to ~2M instructions and ~128 MB
+/// of data (well under a second); Qwen 2.5's template renders a 5,000-message conversation with
+/// 50 tools inside it (crates/frontend/tests/template_limits.rs).
+const RENDER_FUEL: u64 = 2_000_000;
+
 /// One message of a conversation.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChatMessage {
@@ -153,6 +159,10 @@ impl ChatTemplate {
                 message: describe(&err),
             })?;
         env.set_syntax(syntax);
+        // A template comes from a model file anyone may have written: every render gets a budget
+        // (minijinja also caps recursion at 500 levels), so a loop, a recursion or an output
+        // that never ends is a render error instead of a hung or exhausted worker.
+        env.set_fuel(Some(RENDER_FUEL));
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", |format: String| {

@@ -4,6 +4,7 @@
 
 mod common;
 mod golden;
+mod template_limits;
 mod text_stream;
 mod tokenizer;
 mod tool_templates;
