@@ -69,6 +69,10 @@ pub struct ServeArgs {
     /// Seconds an idle keep-alive connection is kept open between requests.
     #[arg(long, env = "PAGODA_KEEP_ALIVE_TIMEOUT", default_value_t = 5.0)]
     keep_alive_timeout: f64,
+    /// Seconds a client has to send a request's whole body once its headers arrived; slower
+    /// bodies are answered 408 and their connection closed.
+    #[arg(long, env = "PAGODA_REQUEST_BODY_TIMEOUT", default_value_t = 30.0)]
+    request_body_timeout: f64,
     /// How tool calls are written and parsed: `auto` (from the chat template: `hermes` when it
     /// mentions <tool_call>, `generic` when it ignores `tools`), `hermes`, `generic`, or `none`
     /// (requests with `tools` get 400). See docs/tool-calling.md.
@@ -173,6 +177,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let request_header_timeout =
         positive_secs("--request-header-timeout", args.request_header_timeout)?;
     let keep_alive_timeout = positive_secs("--keep-alive-timeout", args.keep_alive_timeout)?;
+    let request_body_timeout = positive_secs("--request-body-timeout", args.request_body_timeout)?;
     let served_model_name = match args.served_model_name {
         Some(n) => n,
         // A checkpoint directory's whole name (`Qwen2.5-0.5B`), a file's stem.
@@ -201,6 +206,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         shutdown_timeout: Duration::from_secs_f64(args.shutdown_timeout),
         request_header_timeout,
         keep_alive_timeout,
+        request_body_timeout,
         tool_call_parser: args.tool_call_parser,
         reasoning_parser: args.reasoning_parser,
         chat_template,

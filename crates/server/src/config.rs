@@ -36,6 +36,10 @@ pub struct ServerConfig {
     /// After a response, the connection is closed unless a byte of the next request arrives
     /// within this long.
     pub keep_alive_timeout: Duration,
+    /// A request body that has not all arrived this long after its headers is answered 408 and
+    /// its connection closed: a client trickling a body would otherwise hold the connection
+    /// (and its buffer) for as long as it likes, since no timer runs while a request is in flight.
+    pub request_body_timeout: Duration,
     /// Outputs buffered per request before a reader that fell behind is cut off.
     pub output_buffer: usize,
     /// How tool calls are written and parsed: from the chat template (`Auto`), a fixed format,
@@ -72,6 +76,7 @@ impl Default for ServerConfig {
             request_header_timeout: Duration::from_secs(10),
             // uvicorn's (and so vLLM's) default.
             keep_alive_timeout: Duration::from_secs(5),
+            request_body_timeout: Duration::from_secs(30),
             output_buffer: 1024,
             tool_call_parser: ToolParserChoice::Auto,
             reasoning_parser: ReasoningParser::None,

@@ -1,7 +1,8 @@
 //! What a hostile (or just broken) client finds: a wrong method or path answers the OpenAI error
 //! body, never an empty one; a connection that dribbles its headers or idles between requests is
-//! closed after the configured timeouts, while slow bodies and slow streams are left alone; a
-//! grammar too large for the parser is a 400 naming the limit before anything streams.
+//! closed after the configured timeouts, a body trickled past its deadline is a 408, while slow
+//! bodies within it and slow streams are left alone; a grammar too large for the parser is a 400
+//! naming the limit before anything streams.
 #![allow(clippy::unwrap_used)]
 
 use crate::common;
@@ -19,6 +20,8 @@ use serde_json::{Value, json};
 /// Short enough that the timeout tests are quick, long enough for a noisy machine to send a
 /// request's headers in one go.
 const TIMEOUT: Duration = Duration::from_millis(300);
+/// The whole body's deadline: well past `a_slow_body_is_not_a_slow_head`'s pause.
+const BODY_TIMEOUT: Duration = Duration::from_secs(3);
 /// The longest any close may take: many times `TIMEOUT`, so only a missing close fails.
 const BOUND: Duration = Duration::from_secs(10);
 
@@ -30,6 +33,7 @@ fn server() -> &'static TestServer {
             ServerConfig {
                 request_header_timeout: TIMEOUT,
                 keep_alive_timeout: TIMEOUT,
+                request_body_timeout: BODY_TIMEOUT,
                 ..common::config()
             },
         )
@@ -264,6 +268,47 @@ fn a_slow_body_is_not_a_slow_head() {
     assert!(status.starts_with("HTTP/1.1 200"), "{status}: {answer}");
     let v: Value = serde_json::from_str(&answer).unwrap();
     assert!(v["count"].as_u64().unwrap() > 0, "{v}");
+}
+
+/// A body trickled a byte at a time, each byte well inside any per-read timeout, is answered
+/// 408 in the OpenAI shape once the whole body's deadline passes, and the connection closes.
+#[test]
+fn a_trickled_body_is_cut_at_its_deadline() {
+    let s = server();
+    let mut tcp = connect(s);
+    let body = format!(r#"{{"prompt": "{}"}}"#, "a ".repeat(100));
+    write!(
+        tcp,
+        "POST /tokenize HTTP/1.1\r\nHost: pagoda\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    let started = Instant::now();
+    tcp.set_nonblocking(true).unwrap();
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    for byte in body.as_bytes() {
+        // A write may fail once the server has answered and closed: the answer is what counts.
+        let _ = tcp.write_all(std::slice::from_ref(byte));
+        std::thread::sleep(Duration::from_millis(100));
+        match tcp.read(&mut buf) {
+            Ok(n) if n > 0 => {
+                answer.extend_from_slice(&buf[..n]);
+                break;
+            }
+            _ => assert!(started.elapsed() < BOUND, "no answer after {BOUND:?}"),
+        }
+    }
+    tcp.set_nonblocking(false).unwrap();
+    let (_, rest) = wait_closed(&mut tcp);
+    answer.extend_from_slice(&rest);
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert!(started.elapsed() >= BODY_TIMEOUT, "cut early: {text}");
+    let json = &text[text.find("\r\n\r\n").unwrap() + 4..];
+    let v: Value = serde_json::from_str(json).unwrap();
+    assert_eq!(v["error"]["code"], "request_timeout", "{v}");
 }
 
 /// A long prompt makes the gap before the first token (prefill) longer than the timeouts on

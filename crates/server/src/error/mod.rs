@@ -96,6 +96,22 @@ impl ApiError {
         )
     }
 
+    /// 408: the request body did not arrive in time (`--request-body-timeout`).
+    pub fn body_timeout(limit: std::time::Duration) -> Self {
+        Self::new(
+            StatusCode::REQUEST_TIMEOUT,
+            ErrorResponse::new(
+                "invalid_request_error",
+                format!(
+                    "the request body did not arrive within {} s",
+                    limit.as_secs_f64()
+                ),
+                None,
+                Some("request_timeout"),
+            ),
+        )
+    }
+
     /// 429: the engine's waiting queue is full.
     pub fn overloaded(message: impl Into<String>) -> Self {
         Self::new(

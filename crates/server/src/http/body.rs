@@ -1,6 +1,6 @@
 //! `JsonBody<T>`: the request-body extractor. Unlike axum's `Json` it answers in the OpenAI
-//! error shape: 413 over the size limit, 400 for malformed JSON, and for a field of the wrong
-//! type a 400 whose `param` names that field.
+//! error shape: 413 over the size limit, 408 past the body deadline, 400 for malformed JSON, and
+//! for a field of the wrong type a 400 whose `param` names that field.
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
@@ -51,7 +51,13 @@ impl<T: WireRequest> FromRequest<AppState> for JsonBody<T> {
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
         let limit = state.config().max_request_bytes;
-        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
+        // One deadline for the whole body: the listener runs no timer while a request is in
+        // flight, and a per-read timeout would let a body trickle in a byte at a time forever.
+        let deadline = state.config().request_body_timeout;
+        let read = tokio::time::timeout(deadline, Bytes::from_request(req, state))
+            .await
+            .map_err(|_| ApiError::body_timeout(deadline))?;
+        let bytes = read.map_err(|e| {
             if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::too_large(limit)
             } else {
