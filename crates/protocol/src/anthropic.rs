@@ -74,6 +74,27 @@ pub struct MessagesRequest {
     pub extra: Map<String, Value>,
 }
 
+impl MessagesRequest {
+    /// Every top-level key this type reads; any other lands in `extra` (the server's field
+    /// policy suggests the nearest of these for a misspelt one).
+    pub const FIELDS: &'static [&'static str] = &[
+        "model",
+        "messages",
+        "max_tokens",
+        "system",
+        "temperature",
+        "top_p",
+        "top_k",
+        "stop_sequences",
+        "stream",
+        "tools",
+        "tool_choice",
+        "metadata",
+        "thinking",
+        "service_tier",
+    ];
+}
+
 /// Body of `POST /v1/messages/count_tokens`: the prompt fields of a messages request.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CountTokensRequest {
@@ -96,6 +117,19 @@ pub struct CountTokensRequest {
     /// Keys not listed above.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+}
+
+impl CountTokensRequest {
+    /// Every top-level key this type reads; any other lands in `extra` (the server's field
+    /// policy suggests the nearest of these for a misspelt one).
+    pub const FIELDS: &'static [&'static str] = &[
+        "model",
+        "messages",
+        "system",
+        "tools",
+        "tool_choice",
+        "thinking",
+    ];
 }
 
 /// Answer of `count_tokens`.

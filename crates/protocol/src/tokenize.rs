@@ -47,6 +47,23 @@ pub struct TokenizeRequest {
     pub extra: Map<String, Value>,
 }
 
+impl TokenizeRequest {
+    /// Every top-level key this type reads; any other lands in `extra` (the server's field
+    /// policy suggests the nearest of these for a misspelt one).
+    pub const FIELDS: &'static [&'static str] = &[
+        "model",
+        "prompt",
+        "content",
+        "messages",
+        "add_special_tokens",
+        "add_generation_prompt",
+        "continue_final_message",
+        "chat_template_kwargs",
+        "tools",
+        "return_token_strs",
+    ];
+}
+
 /// Answer of `/tokenize`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TokenizeResponse {
@@ -73,6 +90,12 @@ pub struct DetokenizeRequest {
     /// Keys not listed above, kept so the server can name them in its 400.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+}
+
+impl DetokenizeRequest {
+    /// Every top-level key this type reads; any other lands in `extra` (the server's field
+    /// policy suggests the nearest of these for a misspelt one).
+    pub const FIELDS: &'static [&'static str] = &["model", "tokens"];
 }
 
 /// Answer of `/detokenize`.

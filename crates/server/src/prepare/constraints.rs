@@ -6,6 +6,7 @@ use pagoda_core::ConstraintRef;
 use pagoda_structured::Constraint;
 use serde_json::Value;
 
+use crate::prepare::field_policy;
 use crate::prepare::validation_error::ValidationError;
 use crate::state::Loaded;
 
@@ -82,11 +83,7 @@ fn json_schema_format(
     field: &str,
     allowed: &[&str],
 ) -> Result<Constraint, ValidationError> {
-    if let Some(k) = js.keys().find(|k| !allowed.contains(&k.as_str())) {
-        return Err(ValidationError::UnknownField {
-            field: format!("{field}.{k}"),
-        });
-    }
+    field_policy::parameter_keys(js, field, allowed)?;
     if js.get("name").is_some_and(|n| !n.is_string()) {
         return Err(ValidationError::invalid(
             format!("{field}.name"),
@@ -149,14 +146,7 @@ fn from_response_format(f: &Value) -> Result<Option<Constraint>, ValidationError
         .get("type")
         .and_then(Value::as_str)
         .ok_or_else(|| ValidationError::invalid("response_format.type", "a string"))?;
-    if let Some(k) = obj
-        .keys()
-        .find(|k| !matches!(k.as_str(), "type" | "json_schema"))
-    {
-        return Err(ValidationError::UnknownField {
-            field: format!("response_format.{k}"),
-        });
-    }
+    field_policy::parameter_keys(obj, field, &["type", "json_schema"])?;
     match kind {
         "text" => Ok(None),
         "json_object" => Ok(Some(Constraint::JsonObject)),
@@ -232,7 +222,10 @@ fn from_structured_outputs(s: &Value) -> Result<Option<Constraint>, ValidationEr
                     strings.ok_or_else(|| ValidationError::invalid(&name, "a list of strings"))?,
                 )
             }
-            _ => return Err(ValidationError::UnknownField { field: name }),
+            _ => {
+                let known = &["json", "json_object", "regex", "grammar", "choice"];
+                return Err(field_policy::unknown(name, k, known));
+            }
         };
         found.push((k.as_str(), c));
     }

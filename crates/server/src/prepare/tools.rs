@@ -11,6 +11,7 @@ use pagoda_frontend::{ToolCallFormat, ToolCallStream};
 use pagoda_structured::Constraint;
 use serde_json::{Map, Value, json};
 
+use crate::prepare::field_policy::Ignored;
 use crate::prepare::validation_error::ValidationError;
 use crate::state::Loaded;
 
@@ -39,6 +40,7 @@ pub fn parse(
     loaded: &Loaded,
     tools: Option<&Value>,
     tool_choice: Option<&Value>,
+    ignored: &mut Ignored,
 ) -> Result<Option<ToolSetup>, ValidationError> {
     let tools = match tools {
         None | Some(Value::Null) => Vec::new(),
@@ -46,7 +48,7 @@ pub fn parse(
         Some(_) => return Err(ValidationError::rule("tools", "`tools` must be a list")),
     };
     for (i, t) in tools.iter().enumerate() {
-        check_tool(i, t)?;
+        check_tool(i, t, ignored)?;
     }
     let name_of = |t: &Value| t["function"]["name"].as_str().map(str::to_owned);
     let choice = match tool_choice {
@@ -126,7 +128,8 @@ pub fn parse(
 }
 
 /// `{"type": "function", "function": {"name", "description"?, "parameters"?, "strict"?}}`.
-fn check_tool(i: usize, t: &Value) -> Result<(), ValidationError> {
+/// Other keys are ignored and noted.
+fn check_tool(i: usize, t: &Value, ignored: &mut Ignored) -> Result<(), ValidationError> {
     let field = format!("tools[{i}]");
     let bad = |what: &str| ValidationError::rule(&field, format!("`{field}` {what}"));
     let obj = t.as_object().ok_or_else(|| bad("must be an object"))?;
@@ -137,6 +140,9 @@ fn check_tool(i: usize, t: &Value) -> Result<(), ValidationError> {
         .get("function")
         .and_then(Value::as_object)
         .ok_or_else(|| bad("needs a `function` object"))?;
+    ignored.content_keys(obj, &field, &["type", "function"]);
+    let known = &["name", "description", "parameters", "strict"];
+    ignored.content_keys(f, &format!("{field}.function"), known);
     let name = f
         .get("name")
         .and_then(Value::as_str)

@@ -2,17 +2,19 @@
 //! through the chat template exactly as the generation endpoints tokenize them) and
 //! `POST /detokenize`.
 
-use axum::Json;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use pagoda_protocol::{DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse};
 
 use crate::error::ApiError;
 use crate::error::rejected::rejected;
 use crate::generate::generation::token_text;
 use crate::http::body::JsonBody;
+use crate::http::request_id::RequestInfo;
 use crate::prepare::blocking::run_blocking;
 use crate::prepare::chat_prompt::{self, PromptOptions, render};
+use crate::prepare::field_policy::Ignored;
 use crate::prepare::tools;
 use crate::prepare::validate;
 use crate::prepare::validation_error::ValidationError;
@@ -20,17 +22,25 @@ use crate::state::AppState;
 
 pub async fn tokenize(
     State(state): State<AppState>,
+    info: Option<Extension<RequestInfo>>,
     JsonBody(req): JsonBody<TokenizeRequest>,
 ) -> Response {
     let st = state.clone();
-    match run_blocking(move || tokenize_blocking(&st, req)).await {
+    let ua = RequestInfo::user_agent_of(info);
+    match run_blocking(move || tokenize_blocking(&st, req, ua)).await {
         Ok(r) => Json(r).into_response(),
         Err(e) => rejected(&state, e),
     }
 }
 
-fn tokenize_blocking(state: &AppState, req: TokenizeRequest) -> Result<TokenizeResponse, ApiError> {
-    validate::reject_unknown(&req.extra)?;
+fn tokenize_blocking(
+    state: &AppState,
+    req: TokenizeRequest,
+    user_agent: Option<String>,
+) -> Result<TokenizeResponse, ApiError> {
+    let mut ignored = Ignored::default();
+    let policy = state.config().unknown_fields;
+    ignored.top_level(policy, &req.extra, TokenizeRequest::FIELDS)?;
     if let Some(m) = &req.model {
         validate::check_model(state, m)?;
     }
@@ -75,7 +85,8 @@ fn tokenize_blocking(state: &AppState, req: TokenizeRequest) -> Result<TokenizeR
                 req.chat_template_kwargs.as_ref(),
             )?;
             // The same parse and render as a chat request, so the two counts agree.
-            let setup = tools::parse(loaded, req.tools.as_ref(), None)?;
+            ignored.messages(msgs);
+            let setup = tools::parse(loaded, req.tools.as_ref(), None, &mut ignored)?;
             let text = render(loaded, msgs, &opts, setup.as_ref())?;
             chat_prompt::tokenize(loaded, &text, req.add_special_tokens)
         }
@@ -87,6 +98,7 @@ fn tokenize_blocking(state: &AppState, req: TokenizeRequest) -> Result<TokenizeR
             .into());
         }
     };
+    ignored.report(state.metrics(), user_agent.as_deref());
     let token_strs = req.return_token_strs.unwrap_or(false).then(|| {
         tokens
             .iter()
@@ -106,7 +118,8 @@ pub async fn detokenize(
     JsonBody(req): JsonBody<DetokenizeRequest>,
 ) -> Response {
     let result = (|| {
-        validate::reject_unknown(&req.extra)?;
+        let policy = state.config().unknown_fields;
+        Ignored::default().top_level(policy, &req.extra, DetokenizeRequest::FIELDS)?;
         if let Some(m) = &req.model {
             validate::check_model(&state, m)?;
         }
