@@ -7,3 +7,4 @@ mod golden;
 mod text_stream;
 mod tokenizer;
 mod tool_templates;
+mod utf8_cuts;

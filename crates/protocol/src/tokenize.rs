@@ -7,7 +7,8 @@ use serde_json::{Map, Value};
 
 use crate::chat::ChatMessage;
 
-/// Body of `POST /tokenize`: exactly one of `prompt`, `content` and `messages`.
+/// Body of `POST /tokenize`: `prompt` or `content` (or both with the same text, as a client
+/// written for vLLM and llama.cpp sends them), or `messages`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TokenizeRequest {
     /// Model id (optional with one model).
@@ -26,6 +27,9 @@ pub struct TokenizeRequest {
     /// `messages`, only when the template did not write the BOS itself).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub add_special_tokens: Option<bool>,
+    /// llama.cpp's name for `add_special_tokens`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub add_special: Option<bool>,
     /// With `messages`: end with the assistant header (default true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub add_generation_prompt: Option<bool>,
@@ -56,6 +60,7 @@ impl TokenizeRequest {
         "content",
         "messages",
         "add_special_tokens",
+        "add_special",
         "add_generation_prompt",
         "continue_final_message",
         "chat_template_kwargs",

@@ -8,7 +8,7 @@
 use crate::common;
 use crate::front_apis::{qwen, run_script_with};
 
-use common::{TestServer, client, error_of, metrics_text, post};
+use common::{TestServer, chunks, client, error_of, metrics_text, post, post_stream};
 use pagoda_server::{ServerConfig, UnknownFields};
 use serde_json::{Value, json};
 
@@ -129,6 +129,18 @@ async fn unknown_top_level_parameters_are_refused_naming_the_near_known_one() {
     assert_eq!(v["type"], "error", "{v}");
     let message = v["error"]["message"].as_str().unwrap();
     assert!(message.contains("did you mean `temperature`?"), "{message}");
+    // Anthropic's temperature range is [0, 1].
+    let body =
+        json!({"model": common::MODEL, "max_tokens": 1, "messages": msg, "temperature": 1.5});
+    let (status, v) = post(&c, &s.url("/v1/messages"), &body).await;
+    assert_eq!(status, 400, "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("[0, 1]"),
+        "{v}"
+    );
+    let body =
+        json!({"model": common::MODEL, "max_tokens": 1, "messages": msg, "temperature": 1.0});
+    assert_eq!(post(&c, &s.url("/v1/messages"), &body).await.0, 200);
     // Known fields keep their checks.
     let body = json!({"model": common::MODEL, "messages": msg, "temperature": 3});
     let (status, v) = post(&c, &s.url("/v1/chat/completions"), &body).await;
@@ -162,6 +174,53 @@ async fn unknown_fields_ignore_lets_top_level_parameters_through_and_counts_them
         s.stop();
         s.join().unwrap();
     }
+}
+
+/// A completion cut by `max_tokens` inside a character (Qwen's tokens split these emoji):
+/// no U+FFFD, and the joined stream is the non-streamed text, at every cut from 1 to 16 tokens.
+#[tokio::test]
+async fn max_tokens_inside_a_character_leaves_no_replacement_character() {
+    let s = qwen();
+    let c = client();
+    // A regex forces the characters (the model left alone writes other things); it constrains
+    // bytes, so tokens may still end inside a character.
+    let body = |k: u32, stream: bool| {
+        json!({"model": common::MODEL, "max_tokens": k, "temperature": 0, "stream": stream,
+               "prompt": "Emoji:", "structured_outputs": {"regex": "( 👨‍👩‍👧‍👦🇫🇷👍🏽🏳️‍🌈日本語𝄞){3}"}})
+    };
+    let url = s.url("/v1/completions");
+    let runs = (1..=16u32).map(|k| {
+        let (c, url) = (c.clone(), url.clone());
+        async move {
+            let (st, whole) = post(&c, &url, &body(k, false)).await;
+            assert_eq!(st, 200, "{whole}");
+            let (st, events) = post_stream(&c, &url, &body(k, true)).await;
+            assert_eq!(st, 200);
+            let streamed: String = chunks(&events)
+                .iter()
+                .filter_map(|ch| ch["choices"][0]["text"].as_str())
+                .collect();
+            let text = whole["choices"][0]["text"].as_str().unwrap().to_owned();
+            (
+                k,
+                text,
+                streamed,
+                whole["choices"][0]["finish_reason"].clone(),
+            )
+        }
+    });
+    let results = futures_util::future::join_all(runs).await;
+    let mut held = 0;
+    for (i, (k, text, streamed, finish)) in results.iter().enumerate() {
+        assert!(!text.contains('\u{FFFD}'), "max_tokens {k}: {text:?}");
+        assert_eq!(streamed, text, "max_tokens {k}: stream != text");
+        if finish == "length" && i > 0 && results[i - 1].1 == *text {
+            held += 1;
+        }
+    }
+    // The test is only worth its time if some cut fell inside a character: one more token,
+    // the same text.
+    assert!(held > 0, "no cut inside a character: {results:?}");
 }
 
 /// litellm's own client (not an imitation of its request): a two-turn conversation that

@@ -71,6 +71,16 @@ impl GenerationEndpoint for Messages {
                 0,
             ));
         }
+        // Anthropic's range, narrower than OpenAI's [0, 2] that `validate::build` checks.
+        if let Some(t) = req.temperature
+            && !(0.0..=1.0).contains(&t)
+        {
+            return Err(ValidationError::invalid_value(
+                "temperature",
+                "in [0, 1]",
+                t,
+            ));
+        }
         let (setup, parallel) = tool_setup(
             loaded,
             req.tools.as_deref(),

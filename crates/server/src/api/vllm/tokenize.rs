@@ -1,6 +1,6 @@
 //! vLLM's `POST /tokenize` (a `prompt` or llama.cpp's `content`, or `messages` and `tools`
 //! through the chat template exactly as the generation endpoints tokenize them) and
-//! `POST /detokenize`.
+//! `POST /detokenize`. llama.cpp's `add_special` is `add_special_tokens` by its other name.
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -45,20 +45,33 @@ fn tokenize_blocking(
         validate::check_model(state, m)?;
     }
     let loaded = state.loaded()?;
+    // vLLM's default adds special tokens to a `prompt`, llama.cpp's none to a `content`; a
+    // client written for both sends both names, with the same text.
     let text = match (&req.prompt, &req.content) {
         (Some(p), None) => Some((p, true)),
         (None, Some(c)) => Some((c, false)),
         (None, None) => None,
+        (Some(p), Some(c)) if p == c => Some((p, true)),
         (Some(_), Some(_)) => {
-            return Err(ValidationError::Conflict {
-                field: "content",
-                with: "`prompt`",
-            }
+            return Err(ValidationError::rule(
+                "content",
+                "`prompt` and `content` are two names for the text to tokenize; give one, or both with the same text",
+            )
             .into());
         }
     };
+    let add_special = match (req.add_special_tokens, req.add_special) {
+        (Some(a), Some(b)) if a != b => {
+            return Err(ValidationError::rule(
+                "add_special",
+                "`add_special` (llama.cpp) and `add_special_tokens` (vLLM) name one setting; they disagree",
+            )
+            .into());
+        }
+        (a, b) => a.or(b),
+    };
     let tokens = match (text, &req.messages) {
-        (Some((text, add_special)), None) => {
+        (Some((text, default_special)), None) => {
             if req.add_generation_prompt.is_some()
                 || req.continue_final_message.is_some()
                 || req.chat_template_kwargs.is_some()
@@ -76,7 +89,7 @@ fn tokenize_blocking(
             }
             loaded
                 .tokenizer
-                .encode(text, req.add_special_tokens.unwrap_or(add_special), true)
+                .encode(text, add_special.unwrap_or(default_special), true)
         }
         (None, Some(msgs)) => {
             let opts = PromptOptions::new(
@@ -88,7 +101,7 @@ fn tokenize_blocking(
             ignored.messages(msgs);
             let setup = tools::parse(loaded, req.tools.as_ref(), None, &mut ignored)?;
             let text = render(loaded, msgs, &opts, setup.as_ref())?;
-            chat_prompt::tokenize(loaded, &text, req.add_special_tokens)
+            chat_prompt::tokenize(loaded, &text, add_special)
         }
         _ => {
             return Err(ValidationError::rule(
