@@ -223,6 +223,90 @@ async fn max_tokens_inside_a_character_leaves_no_replacement_character() {
     assert!(held > 0, "no cut inside a character: {results:?}");
 }
 
+/// Two calls in one reply, streamed: each starts with a chunk carrying its index, id, type, name
+/// and empty arguments, then argument fragments by index; joined per index they are the
+/// non-streamed calls' arguments byte for byte. A regex forces the model to write both calls
+/// in Qwen's tagged syntax (left alone, Qwen2.5-Coder makes one call; docs/tool-calling.md).
+#[tokio::test]
+async fn two_streamed_calls_join_to_the_non_streamed_arguments() {
+    let s = qwen();
+    let c = client();
+    let time = json!({"type": "function", "function": {"name": "get_time",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}});
+    let regex = r#"<tool_call>\n\{"name": "get_weather", "arguments": \{"city": "Paris", "unit": "celsius", "days": \[1, 2, 3\]\}\}\n</tool_call>\n<tool_call>\n\{"name": "get_time", "arguments": \{"city": "Tokyo, Japan"\}\}\n</tool_call>"#;
+    let body = |stream: bool| {
+        json!({"model": common::MODEL, "max_tokens": 120, "temperature": 0, "stream": stream,
+               "messages": [{"role": "user", "content": "Weather in Paris and time in Tokyo?"}],
+               "tools": [chat_tool(), time], "tool_choice": "auto",
+               "structured_outputs": {"regex": regex}})
+    };
+    let url = s.url("/v1/chat/completions");
+    let (st, whole) = post(&c, &url, &body(false)).await;
+    assert_eq!(st, 200, "{whole}");
+    assert_eq!(
+        whole["choices"][0]["finish_reason"], "tool_calls",
+        "{whole}"
+    );
+    let want: Vec<(String, String, String)> = whole["choices"][0]["message"]["tool_calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            let f = &t["function"];
+            let (name, args) = (
+                f["name"].as_str().unwrap(),
+                f["arguments"].as_str().unwrap(),
+            );
+            (
+                t["id"].as_str().unwrap().to_owned(),
+                name.to_owned(),
+                args.to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(want.len(), 2, "{whole}");
+    let (st, events) = post_stream(&c, &url, &body(true)).await;
+    assert_eq!(st, 200);
+    let mut calls: Vec<(String, String, String, usize)> = Vec::new();
+    let mut finish = None;
+    for ch in chunks(&events) {
+        let choice = &ch["choices"][0];
+        finish = choice["finish_reason"]
+            .as_str()
+            .map(str::to_owned)
+            .or(finish);
+        for d in choice["delta"]["tool_calls"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let i = d["index"].as_u64().unwrap() as usize;
+            let f = &d["function"];
+            if let Some(id) = d["id"].as_str() {
+                // The first chunk of a call: index, id, type and name, arguments empty.
+                assert_eq!(i, calls.len(), "calls open in index order: {d}");
+                assert_eq!(d["type"], "function", "{d}");
+                assert_eq!(f["arguments"], "", "{d}");
+                let name = f["name"].as_str().unwrap().to_owned();
+                calls.push((id.to_owned(), name, String::new(), 0));
+            } else {
+                assert!(d.get("id").is_none_or(Value::is_null), "{d}");
+                let call = &mut calls[i];
+                call.2.push_str(f["arguments"].as_str().unwrap());
+                call.3 += 1;
+            }
+        }
+    }
+    assert_eq!(finish.as_deref(), Some("tool_calls"));
+    for ((_, name, args, pieces), (_, want_name, want_args)) in calls.iter().zip(&want) {
+        assert_eq!((name, args), (want_name, want_args), "joined deltas");
+        assert!(*pieces >= 3, "{name}: arguments in {pieces} piece(s)");
+    }
+    assert_eq!(calls.len(), 2);
+    // Ids are made per response; each call's is stable within its stream.
+    assert_ne!(calls[0].0, calls[1].0);
+}
+
 /// litellm's own client (not an imitation of its request): a two-turn conversation that
 /// replays its assistant message, and a tool round trip.
 #[test]
