@@ -69,6 +69,13 @@ pub struct MessagesRequest {
     /// `"auto"` or `"standard_only"`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_tier: Option<String>,
+    /// Structured outputs: `{"format": {"type": "json_schema", "schema": {...}}}` (what the
+    /// SDK's `messages.parse` sends), `effort`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_config: Option<Value>,
+    /// The structured-outputs beta's top-level form of `output_config.format`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_format: Option<Value>,
     /// Keys not listed above, kept so the server can name them in its 400.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -92,6 +99,8 @@ impl MessagesRequest {
         "metadata",
         "thinking",
         "service_tier",
+        "output_config",
+        "output_format",
     ];
 }
 
@@ -114,6 +123,9 @@ pub struct CountTokensRequest {
     /// Refused as in a messages request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thinking: Option<Value>,
+    /// As in [`MessagesRequest`]: checked, and it does not change the count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_config: Option<Value>,
     /// Keys not listed above.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -129,6 +141,7 @@ impl CountTokensRequest {
         "tools",
         "tool_choice",
         "thinking",
+        "output_config",
     ];
 }
 

@@ -1,8 +1,9 @@
 //! What popular clients send, accepted (issue 35): unknown keys inside messages, content parts,
 //! blocks, input items and tools ignored and counted on every API; unknown top-level parameters
 //! refused with a near known name, or let through by `--unknown-fields`; litellm's own client
-//! holding a conversation and a tool round trip; `/tokenize` with llama.cpp's fields; the
-//! Messages API's temperature range. On the Qwen server `front_apis` shares.
+//! holding a conversation and a tool round trip; a max_tokens cut inside a character; two
+//! streamed calls; Anthropic structured outputs and strict tools through the `anthropic` SDK;
+//! the Messages API's temperature range. On the Qwen server `front_apis` shares.
 #![allow(clippy::unwrap_used)]
 
 use crate::common;
@@ -307,6 +308,19 @@ async fn two_streamed_calls_join_to_the_non_streamed_arguments() {
     assert_ne!(calls[0].0, calls[1].0);
 }
 
+/// Anthropic structured outputs (`messages.parse` into a Pydantic model, streamed and not) and
+/// strict tools, through the official `anthropic` SDK.
+#[test]
+fn anthropic_structured_outputs_and_strict_tools() {
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_owned());
+    run_script_with(
+        &python,
+        "anthropic_structured.py",
+        "anthropic",
+        &["--base-url", &qwen().base, "--model", common::MODEL],
+    );
+}
+
 /// litellm's own client (not an imitation of its request): a two-turn conversation that
 /// replays its assistant message, and a tool round trip.
 #[test]
@@ -317,6 +331,11 @@ fn litellm_conversation_and_tool_round_trip() {
         let home = std::env::var("HOME").unwrap_or_default();
         format!("{home}/.cache/pagoda/litellm-venv/bin/python")
     });
+    assert!(
+        std::path::Path::new(&python).exists(),
+        "{python} is missing: scripts/test.sh makes litellm's virtualenv there \
+         (or set LITELLM_PYTHON to an interpreter with litellm 1.80)"
+    );
     run_script_with(
         &python,
         "litellm_client.py",

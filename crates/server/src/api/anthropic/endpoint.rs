@@ -87,7 +87,11 @@ impl GenerationEndpoint for Messages {
             req.tool_choice.as_ref(),
             &mut ignored,
         )?;
-        let constraint = constraints::reply(loaded, None, setup.as_ref())?;
+        let format = constraints::from_anthropic_output(
+            req.output_config.as_ref(),
+            req.output_format.as_ref(),
+        )?;
+        let constraint = constraints::reply(loaded, format, setup.as_ref())?;
         let messages = chat_messages(req.system.as_ref(), &req.messages, &mut ignored)?;
         let prompt_text = render(loaded, &messages, &PromptOptions::NEW_TURN, setup.as_ref())?;
         let prompt = tokenize(loaded, &prompt_text, None);
@@ -193,6 +197,7 @@ fn count_blocking(
     ignored.top_level(policy, &req.extra, CountTokensRequest::FIELDS)?;
     validate::check_model(state, &req.model)?;
     validate::refuse("thinking", &req.thinking, "no thinking models are served")?;
+    constraints::from_anthropic_output(req.output_config.as_ref(), None)?;
     let loaded = state.loaded()?;
     let tools = req.tools.as_deref();
     let (setup, _) = tool_setup(loaded, tools, req.tool_choice.as_ref(), &mut ignored)?;

@@ -204,6 +204,7 @@ pub fn chat_tools(
             "description",
             "input_schema",
             "cache_control",
+            "strict",
         ];
         ignored.content_keys(t, &field, known);
         let schema = t
@@ -218,6 +219,10 @@ pub fn chat_tools(
             f.insert("description".into(), d.clone());
         }
         f.insert("parameters".into(), schema.clone());
+        // Strict tool use: the call's input follows `input_schema` (`tools::ToolSetup`).
+        if let Some(s) = t.get("strict").filter(|s| !s.is_null()) {
+            f.insert("strict".into(), s.clone());
+        }
         out.push(json!({"type": "function", "function": f}));
     }
     Ok(Value::Array(out))
