@@ -13,6 +13,7 @@ import argparse
 import json
 import sys
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from typing import Literal
 
 import anthropic
@@ -162,15 +163,26 @@ def main():
     args = p.parse_args()
     c = Ctx(args)
     failed = []
-    for fn in CHECKS:
+
+    def run(fn):
         try:
             fn(c)
-            print(f"ok    {fn.__name__}")
+            return None
         except Exception as e:  # noqa: BLE001 - report every failure
-            failed.append(fn.__name__)
-            print(f"FAIL  {fn.__name__}: {e}")
-            if not isinstance(e, Failed):
-                print(traceback.format_exc(), file=sys.stderr)
+            return e, traceback.format_exc()
+
+    # Independent greedy checks, sent at once: the server decodes them in one batch.
+    with ThreadPoolExecutor(max_workers=len(CHECKS)) as pool:
+        results = list(pool.map(run, CHECKS))
+    for fn, result in zip(CHECKS, results):
+        if result is None:
+            print(f"ok    {fn.__name__}")
+            continue
+        e, tb = result
+        failed.append(fn.__name__)
+        print(f"FAIL  {fn.__name__}: {e}")
+        if not isinstance(e, Failed):
+            print(tb, file=sys.stderr)
     print(f"{len(CHECKS) - len(failed)}/{len(CHECKS)} checks passed")
     sys.exit(1 if failed else 0)
 
