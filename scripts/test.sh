@@ -29,6 +29,13 @@ ensure_py 'cbor2>=5.4' 'import cbor2'
 # `pyzmq` + `msgpack`: a real KV-events subscriber (crates/kv-events/tests/zmq_subscriber.rs)
 ensure_py 'pyzmq>=25' 'import zmq'
 ensure_py 'msgpack>=1.0' 'import msgpack'
+# `litellm` (crates/server/tests/client_compat.rs) needs openai>=2, the SDK tests above pin 1.x:
+# it gets its own virtualenv, next to the models (LITELLM_PYTHON picks another interpreter).
+LITELLM_VENV="${HOME}/.cache/pagoda/litellm-venv"
+"$LITELLM_VENV/bin/python" -c 'import litellm' 2>/dev/null || {
+  python3 -m venv "$LITELLM_VENV" &&
+    "$LITELLM_VENV/bin/python" -m pip install --quiet --disable-pip-version-check 'litellm==1.80.0'
+}
 cargo fmt --all -- --check
 # A crate's tests/*.rs are modules of its one test binary, tests/main.rs (autotests = false:
 # one link instead of one per file); a file missing from main.rs would silently never run.

@@ -1,5 +1,6 @@
 //! Chat messages -> prompt text -> prompt tokens, the one home of that rule: each message is
-//! checked (roles, text-only content parts, no unknown keys) and handed to the chat template as
+//! checked (roles, text-only content parts; keys it does not know are left out, and listed by
+//! [`unknown_keys`] for the caller to note) and handed to the chat template as
 //! OpenAI-shaped JSON, the final message optionally left open, and the text tokenized with the
 //! BOS rule. The server (every chat-shaped API and `/tokenize`), the router (its routing key)
 //! and `pagoda generate --chat` call it, so their token counts agree.
@@ -15,9 +16,7 @@ use crate::{ChatTemplate, TemplateError, Tokenizer};
 pub enum PromptError {
     #[error("`messages` must not be empty")]
     NoMessages,
-    #[error("unknown key")]
-    UnknownKey { field: String },
-    #[error("a text part needs a `text` string and nothing else")]
+    #[error("a text part needs a `text` string")]
     TextPart { field: String },
     #[error("content parts of type {kind:?} are not supported; only \"text\"")]
     PartType { field: String, kind: String },
@@ -46,8 +45,7 @@ impl PromptError {
     pub fn field(&self) -> String {
         match self {
             Self::NoMessages | Self::Template(_) => "messages".into(),
-            Self::UnknownKey { field }
-            | Self::TextPart { field }
+            Self::TextPart { field }
             | Self::PartType { field, .. }
             | Self::NoContent { field, .. }
             | Self::ToolCallsNotAssistant { field }
@@ -204,7 +202,7 @@ pub fn content_text(i: usize, content: &MessageContent) -> Result<String, Prompt
             let mut texts = Vec::with_capacity(parts.len());
             for (j, p) in parts.iter().enumerate() {
                 match (p.kind.as_str(), &p.text) {
-                    ("text", Some(t)) if p.extra.is_empty() => texts.push(t.as_str()),
+                    ("text", Some(t)) => texts.push(t.as_str()),
                     ("text", _) => {
                         return Err(PromptError::TextPart {
                             field: format!("messages[{i}].content[{j}]"),
@@ -223,13 +221,38 @@ pub fn content_text(i: usize, content: &MessageContent) -> Result<String, Prompt
     }
 }
 
+/// The keys of `messages` (and of their content parts) this rule does not read, as paths
+/// (a `null` is as good as absent)
+/// (`messages[1].provider_specific_fields`): clients add their own bookkeeping there (litellm
+/// replays an assistant turn with it), and it never reaches the template.
+pub fn unknown_keys(messages: &[ChatMessage]) -> Vec<String> {
+    let set = |m: &Map<String, Value>| -> Vec<String> {
+        m.iter()
+            .filter(|(_, v)| !v.is_null())
+            .map(|(k, _)| k.clone())
+            .collect()
+    };
+    let mut out = Vec::new();
+    for (i, m) in messages.iter().enumerate() {
+        out.extend(
+            set(&m.extra)
+                .into_iter()
+                .map(|k| format!("messages[{i}].{k}")),
+        );
+        if let Some(MessageContent::Parts(parts)) = &m.content {
+            for (j, p) in parts.iter().enumerate() {
+                if p.kind == "text" {
+                    let keys = set(&p.extra).into_iter();
+                    out.extend(keys.map(|k| format!("messages[{i}].content[{j}].{k}")));
+                }
+            }
+        }
+    }
+    out
+}
+
 /// One message as the template sees it, after the checks every API shares.
 fn message_json(i: usize, m: &ChatMessage) -> Result<Value, PromptError> {
-    if let Some(k) = m.extra.keys().next() {
-        return Err(PromptError::UnknownKey {
-            field: format!("messages[{i}].{k}"),
-        });
-    }
     let content = match &m.content {
         Some(c) => content_text(i, c)?,
         None if m.role == Role::Assistant && m.tool_calls.is_some() => String::new(),

@@ -107,6 +107,11 @@ impl Utf8Assembler {
         self.pending.drain(..start);
     }
 
+    /// Drops the unfinished character, if any: the input was cut, not ended.
+    pub(crate) fn discard(&mut self) {
+        self.pending.clear();
+    }
+
     /// Ends the input: the unfinished character, if any, becomes U+FFFD.
     pub(crate) fn flush(&mut self, out: &mut String) {
         if !self.pending.is_empty() {

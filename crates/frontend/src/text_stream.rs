@@ -117,11 +117,27 @@ impl TextStream {
     /// Ends generation without more tokens: held-back text was not a stop after all and is
     /// emitted, an unfinished character as U+FFFD (which may itself complete a stop string).
     pub fn finish(&mut self) -> TextDelta {
+        self.end(true)
+    }
+
+    /// Ends generation cut short from outside the model (`max_tokens`, the context, an abort):
+    /// like [`Self::finish`], but an unfinished character is dropped, not replaced. Its bytes
+    /// were held back while streaming, so the output never carries a U+FFFD the model did not
+    /// write, and the streamed deltas add up to the whole text.
+    pub fn finish_cut(&mut self) -> TextDelta {
+        self.end(false)
+    }
+
+    fn end(&mut self, flush_unfinished: bool) -> TextDelta {
         if self.is_done() {
             return TextDelta::default();
         }
         let old_len = self.text.len();
-        self.utf8.flush(&mut self.text);
+        if flush_unfinished {
+            self.utf8.flush(&mut self.text);
+        } else {
+            self.utf8.discard();
+        }
         let delta = self.advance(old_len, true);
         self.finished = true;
         delta

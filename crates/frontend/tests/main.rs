@@ -8,3 +8,4 @@ mod template_limits;
 mod text_stream;
 mod tokenizer;
 mod tool_templates;
+mod utf8_cuts;

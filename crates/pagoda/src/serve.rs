@@ -47,6 +47,12 @@ pub struct ServeArgs {
     /// the Gateway API Inference Extension's endpoint picker, llm-d and vLLM dashboards.
     #[arg(long, env = "PAGODA_METRICS_COMPAT", default_value = "none")]
     metrics_compat: pagoda_server::MetricsCompat,
+    /// What an unknown top-level request parameter gets: `reject` (400 naming it and the near
+    /// known name, as OpenAI does), `warn` (ignored, logged at warn) or `ignore` (ignored, logged
+    /// at debug, as vLLM does); counted in `pagoda:request_ignored_fields_total` unless refused.
+    /// Unknown keys inside messages, content parts and tools are always ignored.
+    #[arg(long, env = "PAGODA_UNKNOWN_FIELDS", default_value = "reject")]
+    unknown_fields: pagoda_server::UnknownFields,
     /// Origins allowed to call the API from a browser, comma-separated (`*`: any); preflight
     /// `OPTIONS` requests are answered. Off by default.
     #[arg(long, env = "PAGODA_ALLOWED_ORIGINS", value_delimiter = ',')]
@@ -200,6 +206,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         api_keys_file: args.api_keys_file,
         metrics_api_key: args.metrics_api_key.filter(|k| !k.is_empty()),
         metrics_compat: args.metrics_compat,
+        unknown_fields: args.unknown_fields,
         allowed_origins: args.allowed_origins,
         otlp_traces_endpoint: args.otlp_traces_endpoint,
         max_request_bytes: args.max_request_bytes,

@@ -69,9 +69,39 @@ pub struct MessagesRequest {
     /// `"auto"` or `"standard_only"`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_tier: Option<String>,
+    /// Structured outputs: `{"format": {"type": "json_schema", "schema": {...}}}` (what the
+    /// SDK's `messages.parse` sends), `effort`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_config: Option<Value>,
+    /// The structured-outputs beta's top-level form of `output_config.format`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_format: Option<Value>,
     /// Keys not listed above, kept so the server can name them in its 400.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+}
+
+impl MessagesRequest {
+    /// Every top-level key this type reads; any other lands in `extra` (the server's field
+    /// policy suggests the nearest of these for a misspelt one).
+    pub const FIELDS: &'static [&'static str] = &[
+        "model",
+        "messages",
+        "max_tokens",
+        "system",
+        "temperature",
+        "top_p",
+        "top_k",
+        "stop_sequences",
+        "stream",
+        "tools",
+        "tool_choice",
+        "metadata",
+        "thinking",
+        "service_tier",
+        "output_config",
+        "output_format",
+    ];
 }
 
 /// Body of `POST /v1/messages/count_tokens`: the prompt fields of a messages request.
@@ -93,9 +123,26 @@ pub struct CountTokensRequest {
     /// Refused as in a messages request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thinking: Option<Value>,
+    /// As in [`MessagesRequest`]: checked, and it does not change the count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_config: Option<Value>,
     /// Keys not listed above.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+}
+
+impl CountTokensRequest {
+    /// Every top-level key this type reads; any other lands in `extra` (the server's field
+    /// policy suggests the nearest of these for a misspelt one).
+    pub const FIELDS: &'static [&'static str] = &[
+        "model",
+        "messages",
+        "system",
+        "tools",
+        "tool_choice",
+        "thinking",
+        "output_config",
+    ];
 }
 
 /// Answer of `count_tokens`.

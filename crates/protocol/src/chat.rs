@@ -342,6 +342,64 @@ pub struct ChatCompletionRequest {
     pub extra: Map<String, Value>,
 }
 
+impl ChatCompletionRequest {
+    /// Every top-level key this type reads; any other lands in `extra` (the server's field
+    /// policy suggests the nearest of these for a misspelt one).
+    pub const FIELDS: &'static [&'static str] = &[
+        "model",
+        "messages",
+        "frequency_penalty",
+        "logit_bias",
+        "logprobs",
+        "top_logprobs",
+        "max_tokens",
+        "max_completion_tokens",
+        "n",
+        "presence_penalty",
+        "response_format",
+        "seed",
+        "stop",
+        "stream",
+        "stream_options",
+        "temperature",
+        "top_p",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "user",
+        "store",
+        "metadata",
+        "service_tier",
+        "reasoning_effort",
+        "modalities",
+        "audio",
+        "prediction",
+        "web_search_options",
+        "functions",
+        "function_call",
+        "top_k",
+        "min_p",
+        "repetition_penalty",
+        "ignore_eos",
+        "min_tokens",
+        "stop_token_ids",
+        "priority",
+        "cache_salt",
+        "kv_transfer_params",
+        "skip_special_tokens",
+        "spaces_between_special_tokens",
+        "include_stop_str_in_output",
+        "prompt_logprobs",
+        "structured_outputs",
+        "echo",
+        "add_generation_prompt",
+        "continue_final_message",
+        "add_special_tokens",
+        "chat_template",
+        "chat_template_kwargs",
+    ];
+}
+
 /// Body of a non-streaming chat answer (`object: "chat.completion"`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ChatCompletionResponse {

@@ -127,6 +127,47 @@ pub struct CompletionRequest {
     pub extra: Map<String, Value>,
 }
 
+impl CompletionRequest {
+    /// Every top-level key this type reads; any other lands in `extra` (the server's field
+    /// policy suggests the nearest of these for a misspelt one).
+    pub const FIELDS: &'static [&'static str] = &[
+        "model",
+        "prompt",
+        "best_of",
+        "echo",
+        "frequency_penalty",
+        "logit_bias",
+        "logprobs",
+        "max_tokens",
+        "n",
+        "presence_penalty",
+        "seed",
+        "stop",
+        "stream",
+        "stream_options",
+        "suffix",
+        "temperature",
+        "top_p",
+        "user",
+        "top_k",
+        "min_p",
+        "repetition_penalty",
+        "ignore_eos",
+        "min_tokens",
+        "stop_token_ids",
+        "priority",
+        "cache_salt",
+        "kv_transfer_params",
+        "skip_special_tokens",
+        "spaces_between_special_tokens",
+        "include_stop_str_in_output",
+        "prompt_logprobs",
+        "add_special_tokens",
+        "structured_outputs",
+        "response_format",
+    ];
+}
+
 /// Body of a non-streaming `/v1/completions` answer (`object: "text_completion"`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CompletionResponse {

@@ -33,6 +33,19 @@ pub struct EmbeddingRequest {
     pub extra: Map<String, Value>,
 }
 
+impl EmbeddingRequest {
+    /// Every top-level key this type reads; any other lands in `extra` (the server's field
+    /// policy suggests the nearest of these for a misspelt one).
+    pub const FIELDS: &'static [&'static str] = &[
+        "model",
+        "input",
+        "encoding_format",
+        "dimensions",
+        "user",
+        "truncate_prompt_tokens",
+    ];
+}
+
 /// One embedding: a list of floats, or base64 of their little-endian f32 bytes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]

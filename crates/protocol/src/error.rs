@@ -70,6 +70,16 @@ impl ErrorResponse {
         )
     }
 
+    /// 400: an unknown key like [`Self::unknown_parameter`], with the known name it is close
+    /// to (`temprature` -> `temperature`) when there is one.
+    pub fn unknown_parameter_near(name: &str, near: Option<&str>) -> Self {
+        let mut e = Self::unknown_parameter(name);
+        if let Some(n) = near {
+            e.error.message.push_str(&format!("; did you mean `{n}`?"));
+        }
+        e
+    }
+
     /// 400: a known parameter that pagoda does not support (yet).
     pub fn unsupported_parameter(name: &str, why: &str) -> Self {
         Self::new(

@@ -38,3 +38,69 @@ pub use error::{ErrorBody, ErrorResponse};
 pub use models::{ModelCard, ModelList};
 pub use sse::{SseEvent, SseParser};
 pub use tokenize::{DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse};
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod fields_tests {
+    use serde::de::DeserializeOwned;
+    use serde_json::{Map, Value, json};
+
+    use super::anthropic::{CountTokensRequest, MessagesRequest};
+    use super::responses::ResponsesRequest;
+    use super::*;
+
+    /// Every name in `fields` is a typed field: `base` plus `name: null` leaves `extra` empty.
+    fn all_known<T: DeserializeOwned>(
+        fields: &[&str],
+        base: Value,
+        extra: impl Fn(&T) -> &Map<String, Value>,
+    ) {
+        for f in fields {
+            let mut body = base.clone();
+            if body.get(*f).is_none() {
+                body[*f] = Value::Null;
+            }
+            let req: T = serde_json::from_value(body).unwrap();
+            assert!(extra(&req).is_empty(), "`{f}` is not a field of its type");
+        }
+    }
+
+    #[test]
+    fn the_field_lists_name_typed_fields() {
+        let chat = json!({"model": "m", "messages": []});
+        all_known(
+            ChatCompletionRequest::FIELDS,
+            chat,
+            |r: &ChatCompletionRequest| &r.extra,
+        );
+        let comp = json!({"model": "m", "prompt": "x"});
+        all_known(CompletionRequest::FIELDS, comp, |r: &CompletionRequest| {
+            &r.extra
+        });
+        let msgs = json!({"model": "m", "messages": [], "max_tokens": 1});
+        all_known(MessagesRequest::FIELDS, msgs, |r: &MessagesRequest| {
+            &r.extra
+        });
+        let count = json!({"model": "m", "messages": []});
+        all_known(
+            CountTokensRequest::FIELDS,
+            count,
+            |r: &CountTokensRequest| &r.extra,
+        );
+        let resp = json!({"model": "m"});
+        all_known(ResponsesRequest::FIELDS, resp, |r: &ResponsesRequest| {
+            &r.extra
+        });
+        let emb = json!({"model": "m", "input": "x"});
+        all_known(EmbeddingRequest::FIELDS, emb, |r: &EmbeddingRequest| {
+            &r.extra
+        });
+        all_known(TokenizeRequest::FIELDS, json!({}), |r: &TokenizeRequest| {
+            &r.extra
+        });
+        let detok = json!({"tokens": []});
+        all_known(DetokenizeRequest::FIELDS, detok, |r: &DetokenizeRequest| {
+            &r.extra
+        });
+    }
+}

@@ -70,6 +70,29 @@ pub struct ResponsesRequest {
     pub extra: Map<String, Value>,
 }
 
+impl ResponsesRequest {
+    /// Every top-level key this type reads; any other lands in `extra` (the server's field
+    /// policy suggests the nearest of these for a misspelt one).
+    pub const FIELDS: &'static [&'static str] = &[
+        "model",
+        "input",
+        "instructions",
+        "max_output_tokens",
+        "temperature",
+        "top_p",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "text",
+        "stream",
+        "store",
+        "previous_response_id",
+        "metadata",
+        "user",
+        "seed",
+    ];
+}
+
 /// `content` of an output message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]

@@ -7,7 +7,8 @@ use serde_json::{Map, Value};
 
 use crate::chat::ChatMessage;
 
-/// Body of `POST /tokenize`: exactly one of `prompt`, `content` and `messages`.
+/// Body of `POST /tokenize`: `prompt` or `content` (or both with the same text, as a client
+/// written for vLLM and llama.cpp sends them), or `messages`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TokenizeRequest {
     /// Model id (optional with one model).
@@ -26,6 +27,9 @@ pub struct TokenizeRequest {
     /// `messages`, only when the template did not write the BOS itself).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub add_special_tokens: Option<bool>,
+    /// llama.cpp's name for `add_special_tokens`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub add_special: Option<bool>,
     /// With `messages`: end with the assistant header (default true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub add_generation_prompt: Option<bool>,
@@ -45,6 +49,24 @@ pub struct TokenizeRequest {
     /// Keys not listed above, kept so the server can name them in its 400.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+}
+
+impl TokenizeRequest {
+    /// Every top-level key this type reads; any other lands in `extra` (the server's field
+    /// policy suggests the nearest of these for a misspelt one).
+    pub const FIELDS: &'static [&'static str] = &[
+        "model",
+        "prompt",
+        "content",
+        "messages",
+        "add_special_tokens",
+        "add_special",
+        "add_generation_prompt",
+        "continue_final_message",
+        "chat_template_kwargs",
+        "tools",
+        "return_token_strs",
+    ];
 }
 
 /// Answer of `/tokenize`.
@@ -73,6 +95,12 @@ pub struct DetokenizeRequest {
     /// Keys not listed above, kept so the server can name them in its 400.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+}
+
+impl DetokenizeRequest {
+    /// Every top-level key this type reads; any other lands in `extra` (the server's field
+    /// policy suggests the nearest of these for a misspelt one).
+    pub const FIELDS: &'static [&'static str] = &["model", "tokens"];
 }
 
 /// Answer of `/detokenize`.

@@ -2,7 +2,8 @@
 //! template only, no weights): chat messages by the replicas' own rule in
 //! `pagoda_frontend::chat_prompt`, completions prompts encoded as the server's
 //! `api/openai/completions.rs` does. Lenient: a request the router cannot tokenize has no
-//! routing key and goes by load (the replica judges it).
+//! routing key and goes by load (the replica judges it); keys a client adds to messages are left
+//! out, as the replica leaves them out.
 
 use std::path::Path;
 
@@ -86,4 +87,33 @@ fn ids(v: &Value) -> Option<Vec<u32>> {
         .iter()
         .map(|t| t.as_u64().and_then(|t| u32::try_from(t).ok()))
         .collect()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use pagoda_testkit::tiny_model::TinyModel;
+    use serde_json::json;
+
+    use super::*;
+
+    /// Keys a client adds to messages (litellm's replayed assistant turn, a part's cache hint)
+    /// do not cost the routing key: the prompt is the one without them, as the replica renders.
+    #[test]
+    fn unknown_message_keys_keep_the_routing_key() {
+        let path = std::env::temp_dir().join(format!("router-prompt-{}.gguf", std::process::id()));
+        std::fs::write(&path, TinyModel::llama().to_bytes()).unwrap();
+        let tok = PromptTokenizer::open(&path, None).unwrap();
+        let _ = std::fs::remove_file(&path);
+        let plain = json!({"messages": [
+            {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+            {"role": "assistant", "content": "hello"},
+            {"role": "user", "content": "bye"}]});
+        let extra = json!({"messages": [
+            {"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]},
+            {"role": "assistant", "content": "hello", "provider_specific_fields": {"refusal": null}},
+            {"role": "user", "content": "bye"}]});
+        let want = tok.chat_tokens(&plain).unwrap();
+        assert_eq!(tok.chat_tokens(&extra), Some(want));
+    }
 }

@@ -59,6 +59,9 @@ pub struct ServerConfig {
     pub kv_events: Option<pagoda_kv_events::KvEventsConfig>,
     /// LoRA adapters: the ones loaded at start-up and how many are kept.
     pub lora: crate::model::loras::LoraConfig,
+    /// What an unknown top-level request parameter gets (`--unknown-fields`); unknown keys
+    /// inside messages and tools are always ignored (`prepare/field_policy.rs`).
+    pub unknown_fields: crate::prepare::field_policy::UnknownFields,
 }
 
 impl Default for ServerConfig {
@@ -86,6 +89,7 @@ impl Default for ServerConfig {
             quantization: pagoda_hf::Quantization::default(),
             kv_events: None,
             lora: crate::model::loras::LoraConfig::default(),
+            unknown_fields: Default::default(),
         }
     }
 }

@@ -38,6 +38,7 @@ pub use model::loader::{
 };
 pub use model::loras::{LoraConfig, read_adapter};
 pub use observe::metrics::compat::MetricsCompat;
+pub use prepare::field_policy::UnknownFields;
 pub use prepare::valid_request::{TextOptions, Unchecked, ValidRequest};
 pub use prepare::validation_error::FieldNames;
 pub use state::AppState;

@@ -443,10 +443,6 @@ async fn every_bad_field_is_a_400_naming_it() {
             "messages[0].content",
         ),
         (
-            json!({"messages": [{"role": "user", "content": "x", "mood": "happy"}]}),
-            "messages[0].mood",
-        ),
-        (
             json!({"messages": [{"role": "tool", "content": "42"}]}),
             "messages[0].tool_call_id",
         ),
@@ -525,6 +521,20 @@ async fn template_options_prompt_logprobs_and_tokenize_content() {
     let by_content = tok(json!({"content": "Hello there"})).await;
     let by_prompt = tok(json!({"prompt": "Hello there", "add_special_tokens": false})).await;
     assert_eq!(by_content, by_prompt);
+    // llama.cpp's `add_special`, and both names of the text at once (a client written for both
+    // servers sends them).
+    let with_special = tok(json!({"prompt": "Hello there"})).await;
+    let by_content_special = tok(json!({"content": "Hello there", "add_special": true})).await;
+    assert_eq!(by_content_special, with_special);
+    let both = json!({"prompt": "Hello there", "content": "Hello there", "add_special": false});
+    assert_eq!(tok(both).await, by_content);
+    expect_error(
+        "/tokenize",
+        json!({"content": "a", "add_special": true, "add_special_tokens": false}),
+        400,
+        Some("add_special"),
+    )
+    .await;
     expect_error(
         "/tokenize",
         json!({"content": "a", "prompt": "b"}),

@@ -15,7 +15,7 @@ use pagoda_server::ServerConfig;
 
 const API_KEY: &str = "sk-front-apis";
 
-fn qwen() -> &'static TestServer {
+pub fn qwen() -> &'static TestServer {
     static S: OnceLock<TestServer> = OnceLock::new();
     S.get_or_init(|| {
         TestServer::start_model(common::qwen_path(), common::small_setup(), common::config())
@@ -28,8 +28,12 @@ fn python() -> String {
 
 /// Runs `script` with `args`; panics with its output unless every check passed.
 fn run_script(script: &str, package: &str, args: &[&str]) {
-    let py = python();
-    let probe = Command::new(&py)
+    run_script_with(&python(), script, package, args);
+}
+
+/// [`run_script`] with the interpreter `py`.
+pub fn run_script_with(py: &str, script: &str, package: &str, args: &[&str]) {
+    let probe = Command::new(py)
         .args(["-c", &format!("import {package}")])
         .output()
         .unwrap_or_else(|e| panic!("cannot run {py}: {e}"));
@@ -41,7 +45,7 @@ fn run_script(script: &str, package: &str, args: &[&str]) {
     let path: PathBuf = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests")
         .join(script);
-    let out = Command::new(&py)
+    let out = Command::new(py)
         .arg(&path)
         .args(args)
         // The servers are local: an HTTP(S)_PROXY in the environment must not reroute them.

@@ -4,6 +4,7 @@
 
 mod admission;
 mod api;
+mod client_compat;
 mod common;
 mod embeddinggemma;
 mod embeddings;

@@ -18,8 +18,10 @@ pub enum ToolGrammarError {
 }
 
 /// The grammar for one reply of `format` that is a call of one of `tools` (OpenAI `tools`
-/// entries, `{"type": "function", "function": {"name", "parameters"}}`); with `allow_text`
-/// (generic format only) a `{"response": "..."}` reply is admitted too.
+/// entries, `{"type": "function", "function": {"name", "parameters"}}`); with `allow_text` a
+/// reply without a call is admitted too: `{"response": "..."}` in the generic format, and in
+/// the Hermes format any text without the `<tool_call>` tag, or one or more calls (strict tools
+/// under `auto`: whatever the model writes as a call follows the schema).
 pub fn tool_call_grammar(
     format: ToolCallFormat,
     tools: &[&Value],
@@ -58,16 +60,25 @@ pub fn tool_call_grammar(
         ));
         alternatives.push(format!("call_{i}"));
     }
-    if allow_text && format == ToolCallFormat::Generic {
-        rules.push_str(&format!(
-            "response: {} response_text {}\nresponse_text: %json {}\n",
-            lark_string("{\"response\": "),
-            lark_string("}"),
-            json!({"type": "string"})
-        ));
-        alternatives.push("response".into());
+    let calls = alternatives.join(" | ");
+    match (allow_text, format) {
+        (false, _) => Ok(format!("start: {calls}\n{rules}")),
+        (true, ToolCallFormat::Generic) => {
+            rules.push_str(&format!(
+                "response: {} response_text {}\nresponse_text: %json {}\n",
+                lark_string("{\"response\": "),
+                lark_string("}"),
+                json!({"type": "string"})
+            ));
+            Ok(format!("start: {calls} | response\n{rules}"))
+        }
+        // Calls one per line, as the Qwen 2.5 template writes several; text is a lexeme that
+        // cannot contain the opening tag (llguidance's `&` and `~` on lexemes).
+        (true, ToolCallFormat::Hermes) => Ok(format!(
+            "start: TEXT | calls\ncalls: call (\"\\n\" call)*\ncall: {calls}\n\
+             TEXT: /(.|\\n)*/ & ~/(.|\\n)*<tool_call>(.|\\n)*/\n{rules}"
+        )),
     }
-    Ok(format!("start: {}\n{rules}", alternatives.join(" | ")))
 }
 
 /// A Lark string literal: JSON string escaping, which llguidance's lexer reads.
@@ -93,5 +104,12 @@ mod tests {
         );
         let g = tool_call_grammar(ToolCallFormat::Generic, &[&t, &t], true).unwrap();
         assert!(g.starts_with("start: call_0 | call_1 | response\n"), "{g}");
+        let g = tool_call_grammar(ToolCallFormat::Hermes, &[&t, &t], true).unwrap();
+        assert!(
+            g.starts_with(
+                "start: TEXT | calls\ncalls: call (\"\\n\" call)*\ncall: call_0 | call_1\n"
+            ),
+            "{g}"
+        );
     }
 }

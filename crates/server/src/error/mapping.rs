@@ -16,7 +16,9 @@ impl ValidationError {
         let message = self.to_string();
         let field = self.field();
         let body = match self {
-            Self::UnknownField { field } => ErrorResponse::unknown_parameter(field),
+            Self::UnknownField { field, near } => {
+                ErrorResponse::unknown_parameter_near(field, near.as_deref())
+            }
             Self::Unsupported { field, why } => ErrorResponse::unsupported_parameter(field, why),
             Self::ModelNotFound { model } => {
                 return ApiError::new(StatusCode::NOT_FOUND, ErrorResponse::model_not_found(model));

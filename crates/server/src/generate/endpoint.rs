@@ -77,6 +77,8 @@ async fn run<E: GenerationEndpoint>(
     let st = state.clone();
     let (mut request, prepared) =
         run_blocking(move || Ok(E::prepare(&st, st.loaded()?, req)?)).await?;
+    let user_agent = info.as_ref().and_then(|i| i.user_agent.as_deref());
+    request.ignored.report(state.metrics(), user_agent);
     let permit = match &tenant {
         Some(t) => {
             request.for_tenant(t.engine_tenant(), &t.salt);

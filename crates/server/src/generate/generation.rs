@@ -267,7 +267,12 @@ impl Generation {
                 stop_reason: self.stop.get(stop_index).cloned().map(StopReason::Text),
             })
         } else if let Some(reason) = &out.finish_reason {
-            let tail = choice.text.finish();
+            // A cut (length, abort) drops an unfinished character instead of writing U+FFFD:
+            // its bytes were held back, so the stream and the whole text agree.
+            let tail = match reason {
+                FinishReason::Stop(_) => choice.text.finish(),
+                _ => choice.text.finish_cut(),
+            };
             update.text.push_str(&tail.text);
             Some(match (tail.stopped, reason) {
                 (Some(m), _) => Finish {

@@ -6,3 +6,6 @@ pub mod chat_output;
 pub mod endpoint;
 pub mod generation;
 pub mod stream;
+
+#[cfg(test)]
+mod parallel_calls_tests;

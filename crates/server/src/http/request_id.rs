@@ -24,6 +24,16 @@ pub struct RequestInfo {
     pub trace: TraceContext,
     /// When the request reached the server, on both clocks.
     pub received: (Instant, SystemTime),
+    /// `User-Agent`, when it is printable (the field policy logs it with ignored keys, so an
+    /// operator can tell which client library sends them).
+    pub user_agent: Option<String>,
+}
+
+impl RequestInfo {
+    /// The User-Agent of a handler's optional `RequestInfo`.
+    pub fn user_agent_of(info: Option<axum::Extension<RequestInfo>>) -> Option<String> {
+        info.and_then(|axum::Extension(i)| i.user_agent)
+    }
 }
 
 /// A fresh id: 32 hex digits, as vLLM's (a uuid4 hex).
@@ -59,6 +69,11 @@ pub async fn request_id(mut req: Request, next: Next) -> Response {
         route: format!("{} {}", req.method(), req.uri().path()),
         trace: TraceContext::from_headers(req.headers()),
         received: (start, SystemTime::now()),
+        user_agent: req
+            .headers()
+            .get(axum::http::header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .map(|s| s.chars().take(200).collect()),
     };
     req.extensions_mut().insert(info);
     let mut res = next.run(req).instrument(span.clone()).await;

@@ -6,6 +6,7 @@ use pagoda_core::ConstraintRef;
 use pagoda_structured::Constraint;
 use serde_json::Value;
 
+use crate::prepare::field_policy;
 use crate::prepare::validation_error::ValidationError;
 use crate::state::Loaded;
 
@@ -66,6 +67,9 @@ pub fn reply(
             field: "tool_choice",
             with: match field {
                 "text.format" => "`text.format` (when it constrains the reply)",
+                "output_config.format" | "output_format" => {
+                    "`output_config.format` (a tool choice of `any` or `tool`, or a strict tool)"
+                }
                 _ => "`response_format` or `structured_outputs` (when it constrains the reply)",
             },
         }),
@@ -82,11 +86,7 @@ fn json_schema_format(
     field: &str,
     allowed: &[&str],
 ) -> Result<Constraint, ValidationError> {
-    if let Some(k) = js.keys().find(|k| !allowed.contains(&k.as_str())) {
-        return Err(ValidationError::UnknownField {
-            field: format!("{field}.{k}"),
-        });
-    }
+    field_policy::parameter_keys(js, field, allowed)?;
     if js.get("name").is_some_and(|n| !n.is_string()) {
         return Err(ValidationError::invalid(
             format!("{field}.name"),
@@ -139,6 +139,58 @@ pub fn from_text_config(
     }
 }
 
+/// Anthropic's structured outputs: `output_config` (`{"format": {"type": "json_schema",
+/// "schema": {...}}}`, what the SDK's `messages.parse` sends) or the beta's top-level
+/// `output_format` (the same format object). `effort` is refused: it tunes a reasoning model.
+pub fn from_anthropic_output(
+    output_config: Option<&Value>,
+    output_format: Option<&Value>,
+) -> Result<Option<(Constraint, &'static str)>, ValidationError> {
+    let from_config = match output_config {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(c)) => {
+            field_policy::parameter_keys(c, "output_config", &["format", "effort"])?;
+            if c.get("effort").is_some_and(|e| !e.is_null()) {
+                return Err(ValidationError::unsupported(
+                    "output_config.effort",
+                    "no reasoning models are served",
+                ));
+            }
+            c.get("format").filter(|f| !f.is_null())
+        }
+        Some(_) => return Err(ValidationError::invalid("output_config", "an object")),
+    };
+    let (format, field) = match (from_config, output_format.filter(|f| !f.is_null())) {
+        (Some(_), Some(_)) => {
+            return Err(ValidationError::Conflict {
+                field: "output_format",
+                with: "`output_config.format` (the same setting)",
+            });
+        }
+        (Some(f), None) => (f, "output_config.format"),
+        (None, Some(f)) => (f, "output_format"),
+        (None, None) => return Ok(None),
+    };
+    let obj = format
+        .as_object()
+        .ok_or_else(|| ValidationError::invalid(field, "an object"))?;
+    field_policy::parameter_keys(obj, field, &["type", "schema"])?;
+    if obj.get("type").and_then(Value::as_str) != Some("json_schema") {
+        return Err(ValidationError::invalid_value(
+            format!("{field}.type"),
+            "\"json_schema\"",
+            obj.get("type").cloned().unwrap_or(Value::Null),
+        ));
+    }
+    match obj.get("schema") {
+        Some(s @ Value::Object(_)) => Ok(Some((Constraint::JsonSchema(s.to_string()), field))),
+        _ => Err(ValidationError::invalid(
+            format!("{field}.schema"),
+            "a JSON schema object",
+        )),
+    }
+}
+
 /// `{"type": "text" | "json_object" | "json_schema", "json_schema": {name, schema, strict}}`.
 fn from_response_format(f: &Value) -> Result<Option<Constraint>, ValidationError> {
     let field = "response_format";
@@ -149,14 +201,7 @@ fn from_response_format(f: &Value) -> Result<Option<Constraint>, ValidationError
         .get("type")
         .and_then(Value::as_str)
         .ok_or_else(|| ValidationError::invalid("response_format.type", "a string"))?;
-    if let Some(k) = obj
-        .keys()
-        .find(|k| !matches!(k.as_str(), "type" | "json_schema"))
-    {
-        return Err(ValidationError::UnknownField {
-            field: format!("response_format.{k}"),
-        });
-    }
+    field_policy::parameter_keys(obj, field, &["type", "json_schema"])?;
     match kind {
         "text" => Ok(None),
         "json_object" => Ok(Some(Constraint::JsonObject)),
@@ -232,7 +277,10 @@ fn from_structured_outputs(s: &Value) -> Result<Option<Constraint>, ValidationEr
                     strings.ok_or_else(|| ValidationError::invalid(&name, "a list of strings"))?,
                 )
             }
-            _ => return Err(ValidationError::UnknownField { field: name }),
+            _ => {
+                let known = &["json", "json_object", "regex", "grammar", "choice"];
+                return Err(field_policy::unknown(name, k, known));
+            }
         };
         found.push((k.as_str(), c));
     }

@@ -24,11 +24,7 @@ pub fn parse(v: Option<&Value>, role: KvRole) -> Result<Option<KvTransfer>, Vali
         Some(Value::Object(o)) => o,
         Some(other) => return Err(ValidationError::invalid_value(FIELD, "an object", other)),
     };
-    if let Some(k) = obj.keys().find(|k| !KEYS.contains(&k.as_str())) {
-        return Err(ValidationError::UnknownField {
-            field: format!("{FIELD}.{k}"),
-        });
-    }
+    crate::prepare::field_policy::parameter_keys(obj, FIELD, &KEYS)?;
     let flag = |k: &str| match obj.get(k) {
         None | Some(Value::Null) => Ok(false),
         Some(Value::Bool(b)) => Ok(*b),

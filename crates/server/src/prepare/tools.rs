@@ -11,6 +11,7 @@ use pagoda_frontend::{ToolCallFormat, ToolCallStream};
 use pagoda_structured::Constraint;
 use serde_json::{Map, Value, json};
 
+use crate::prepare::field_policy::Ignored;
 use crate::prepare::validation_error::ValidationError;
 use crate::state::Loaded;
 
@@ -32,6 +33,9 @@ pub struct ToolSetup {
     pub choice: ToolChoice,
     /// The template ignores `tools`: use the generic system-prompt section instead.
     pub inject: bool,
+    /// A tool has `strict: true`: calls are constrained to the tools' schemas under `auto`
+    /// too (OpenAI's and Anthropic's strict tools), not only when a call is required.
+    pub strict: bool,
 }
 
 /// `None` when the request has no tools (or `tool_choice: "none"` with none given).
@@ -39,6 +43,7 @@ pub fn parse(
     loaded: &Loaded,
     tools: Option<&Value>,
     tool_choice: Option<&Value>,
+    ignored: &mut Ignored,
 ) -> Result<Option<ToolSetup>, ValidationError> {
     let tools = match tools {
         None | Some(Value::Null) => Vec::new(),
@@ -46,7 +51,7 @@ pub fn parse(
         Some(_) => return Err(ValidationError::rule("tools", "`tools` must be a list")),
     };
     for (i, t) in tools.iter().enumerate() {
-        check_tool(i, t)?;
+        check_tool(i, t, ignored)?;
     }
     let name_of = |t: &Value| t["function"]["name"].as_str().map(str::to_owned);
     let choice = match tool_choice {
@@ -117,16 +122,19 @@ pub fn parse(
             "tool calling is turned off (--tool-call-parser none)",
         )
     })?;
+    let strict = tools.iter().any(|t| t["function"]["strict"] == json!(true));
     Ok(Some(ToolSetup {
         format,
         tools,
         choice,
         inject: !loaded.template.renders_tools() || format == ToolCallFormat::Generic,
+        strict,
     }))
 }
 
 /// `{"type": "function", "function": {"name", "description"?, "parameters"?, "strict"?}}`.
-fn check_tool(i: usize, t: &Value) -> Result<(), ValidationError> {
+/// Other keys are ignored and noted.
+fn check_tool(i: usize, t: &Value, ignored: &mut Ignored) -> Result<(), ValidationError> {
     let field = format!("tools[{i}]");
     let bad = |what: &str| ValidationError::rule(&field, format!("`{field}` {what}"));
     let obj = t.as_object().ok_or_else(|| bad("must be an object"))?;
@@ -137,6 +145,9 @@ fn check_tool(i: usize, t: &Value) -> Result<(), ValidationError> {
         .get("function")
         .and_then(Value::as_object)
         .ok_or_else(|| bad("needs a `function` object"))?;
+    ignored.content_keys(obj, &field, &["type", "function"]);
+    let known = &["name", "description", "parameters", "strict"];
+    ignored.content_keys(f, &format!("{field}.function"), known);
     let name = f
         .get("name")
         .and_then(Value::as_str)
@@ -155,6 +166,11 @@ fn check_tool(i: usize, t: &Value) -> Result<(), ValidationError> {
     if f.get("parameters").is_some_and(|p| !p.is_object()) {
         return Err(bad("`function.parameters` must be a JSON schema object"));
     }
+    if f.get("strict")
+        .is_some_and(|s| !s.is_boolean() && !s.is_null())
+    {
+        return Err(bad("`function.strict` must be a boolean"));
+    }
     Ok(())
 }
 
@@ -163,7 +179,10 @@ impl ToolSetup {
     /// grammar), also a reply that is exactly a bare or fenced call of a declared tool.
     pub fn call_stream(&self) -> ToolCallStream {
         let stream = ToolCallStream::new(self.format);
-        if self.choice == ToolChoice::Auto && self.format != ToolCallFormat::Generic {
+        // Under a strict grammar a call is written in the format's tags or not at all: text
+        // that looks like a call is text.
+        if self.choice == ToolChoice::Auto && self.format != ToolCallFormat::Generic && !self.strict
+        {
             stream.with_bare_calls(DeclaredTools::from_openai(&self.tools))
         } else {
             stream
@@ -178,11 +197,12 @@ impl ToolSetup {
 
     /// The grammar the reply must follow: a call for `required` / named; for the generic
     /// format under `auto`, a call or a `{"response": ...}` (llama.cpp constrains its generic
-    /// format the same way); nothing for the native format under `auto`.
+    /// format the same way); for the native format under `auto`, nothing, unless a tool is
+    /// strict: then text without the call tag, or calls whose arguments follow their schemas.
     pub fn constraint(&self) -> Result<Option<Constraint>, ValidationError> {
         let (tools, allow_text): (Vec<&Value>, bool) = match self.choice {
             ToolChoice::None => return Ok(None),
-            ToolChoice::Auto if self.format == ToolCallFormat::Generic => {
+            ToolChoice::Auto if self.format == ToolCallFormat::Generic || self.strict => {
                 (self.tools.iter().collect(), true)
             }
             ToolChoice::Auto => return Ok(None),

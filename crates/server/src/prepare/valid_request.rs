@@ -25,6 +25,8 @@ pub struct ValidRequest {
     pub text: TextOptions,
     pub stream: bool,
     pub include_usage: bool,
+    /// Unknown keys the field policy let through, reported once the request is admitted.
+    pub ignored: crate::prepare::field_policy::Ignored,
 }
 
 /// A request's parts before the engine's limits are applied.
@@ -89,6 +91,7 @@ impl ValidRequest {
             text: u.text,
             stream: u.stream,
             include_usage: u.include_usage,
+            ignored: Default::default(),
         })
     }
 

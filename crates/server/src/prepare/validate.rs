@@ -1,6 +1,6 @@
 //! Protocol request -> `ValidRequest`, for every generation endpoint: the fields the APIs share
-//! are turned into engine parameters or refused with a `ValidationError` that names them;
-//! unknown keys are refused by name. Nothing here talks to the engine.
+//! are turned into engine parameters or refused with a `ValidationError` that names them
+//! (unknown keys: `field_policy`). Nothing here talks to the engine.
 
 use std::collections::BTreeMap;
 
@@ -126,30 +126,6 @@ impl SamplingFields<'_> {
             lora: None,
             kv_transfer_params: None,
         }
-    }
-}
-
-/// The first key the endpoint does not know.
-pub fn reject_unknown(extra: &Map<String, Value>) -> Result<(), ValidationError> {
-    match extra.keys().next() {
-        Some(k) => Err(ValidationError::UnknownField { field: k.clone() }),
-        None => Ok(()),
-    }
-}
-
-/// Refuses a key outside `allowed` by name (a `null` is as good as absent).
-pub fn only_keys(
-    b: &Map<String, Value>,
-    field: &str,
-    allowed: &[&str],
-) -> Result<(), ValidationError> {
-    match b
-        .iter()
-        .find(|(k, v)| !v.is_null() && !allowed.contains(&k.as_str()))
-        .map(|(k, _)| k)
-    {
-        Some(k) => Err(ValidationError::unknown(format!("{field}.{k}"))),
-        None => Ok(()),
     }
 }
 

@@ -64,8 +64,10 @@ pub enum ValidationError {
         field: Option<String>,
         message: String,
     },
-    #[error("Unrecognized request argument supplied: {field}")]
-    UnknownField { field: String },
+    /// A key the endpoint does not know (`prepare/field_policy.rs` decides which are refused);
+    /// `near`: the known name it is probably a typo of.
+    #[error("Unrecognized request argument supplied: {field}{}", near.as_ref().map(|n| format!("; did you mean `{n}`?")).unwrap_or_default())]
+    UnknownField { field: String, near: Option<String> },
     /// A known field pagoda does not implement (or not in this form).
     #[error("`{field}` is not supported: {why}")]
     Unsupported { field: String, why: String },
@@ -175,6 +177,7 @@ impl ValidationError {
     pub fn unknown(field: impl Into<String>) -> Self {
         Self::UnknownField {
             field: field.into(),
+            near: None,
         }
     }
 
@@ -190,7 +193,7 @@ impl ValidationError {
     pub fn field(&self) -> Option<String> {
         match self {
             Self::Body { field, .. } => field.clone(),
-            Self::UnknownField { field }
+            Self::UnknownField { field, .. }
             | Self::Unsupported { field, .. }
             | Self::Rule { field, .. }
             | Self::Invalid { field, .. }
@@ -212,7 +215,6 @@ impl ValidationError {
 impl From<PromptError> for ValidationError {
     fn from(e: PromptError) -> Self {
         match e {
-            PromptError::UnknownKey { field } => Self::unknown(field),
             PromptError::PartType { .. } => Self::unsupported(e.field(), e.to_string()),
             PromptError::ContinueWithGenerationPrompt => Self::Conflict {
                 field: "continue_final_message",

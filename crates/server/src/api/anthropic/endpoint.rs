@@ -2,9 +2,9 @@
 //! chat messages (`messages_input.rs`) and from there takes the chat path (tools, template,
 //! constraint, `ValidRequest`); `messages_output.rs` writes the answer. Errors are Anthropic's.
 
-use axum::Json;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use pagoda_protocol::Stop;
 use pagoda_protocol::anthropic::{CountTokensRequest, CountTokensResponse, MessagesRequest};
 use serde_json::{Map, Value};
@@ -16,9 +16,11 @@ use crate::error::rejected::rejected_as;
 use crate::error::shape::ErrorShape;
 use crate::generate::endpoint::GenerationEndpoint;
 use crate::http::body::JsonBody;
+use crate::http::request_id::RequestInfo;
 use crate::prepare::blocking::run_blocking;
 use crate::prepare::chat_prompt::{PromptOptions, render, tokenize};
 use crate::prepare::constraints;
+use crate::prepare::field_policy::{self, Ignored};
 use crate::prepare::tools::{self, ToolSetup};
 use crate::prepare::valid_request::ValidRequest;
 use crate::prepare::validate::{self, SamplingFields};
@@ -42,7 +44,9 @@ impl GenerationEndpoint for Messages {
         loaded: &Loaded,
         req: MessagesRequest,
     ) -> Result<(ValidRequest, Self), ValidationError> {
-        validate::reject_unknown(&req.extra)?;
+        let mut ignored = Ignored::default();
+        let policy = state.config().unknown_fields;
+        ignored.top_level(policy, &req.extra, MessagesRequest::FIELDS)?;
         let lora = validate::resolve_model(state, &req.model)?;
         validate::refuse("thinking", &req.thinking, "no thinking models are served")?;
         if req
@@ -67,9 +71,28 @@ impl GenerationEndpoint for Messages {
                 0,
             ));
         }
-        let (setup, parallel) = tool_setup(loaded, req.tools.as_deref(), req.tool_choice.as_ref())?;
-        let constraint = constraints::reply(loaded, None, setup.as_ref())?;
-        let messages = chat_messages(req.system.as_ref(), &req.messages)?;
+        // Anthropic's range, narrower than OpenAI's [0, 2] that `validate::build` checks.
+        if let Some(t) = req.temperature
+            && !(0.0..=1.0).contains(&t)
+        {
+            return Err(ValidationError::invalid_value(
+                "temperature",
+                "in [0, 1]",
+                t,
+            ));
+        }
+        let (setup, parallel) = tool_setup(
+            loaded,
+            req.tools.as_deref(),
+            req.tool_choice.as_ref(),
+            &mut ignored,
+        )?;
+        let format = constraints::from_anthropic_output(
+            req.output_config.as_ref(),
+            req.output_format.as_ref(),
+        )?;
+        let constraint = constraints::reply(loaded, format, setup.as_ref())?;
+        let messages = chat_messages(req.system.as_ref(), &req.messages, &mut ignored)?;
         let prompt_text = render(loaded, &messages, &PromptOptions::NEW_TURN, setup.as_ref())?;
         let prompt = tokenize(loaded, &prompt_text, None);
         let stop = req.stop_sequences.clone().map(Stop::Many);
@@ -90,7 +113,8 @@ impl GenerationEndpoint for Messages {
         f.stop = stop.as_ref();
         f.stream = req.stream;
         f.constraint = constraint;
-        let request = validate::build(state, loaded, &f, vec![prompt])?;
+        let mut request = validate::build(state, loaded, &f, vec![prompt])?;
+        request.ignored = ignored;
         Ok((
             request,
             Messages {
@@ -115,9 +139,7 @@ impl GenerationEndpoint for Messages {
 /// `metadata`: only `user_id`, which is logged with the request.
 fn user_id(metadata: Option<&Map<String, Value>>) -> Result<Option<&str>, ValidationError> {
     let Some(m) = metadata else { return Ok(None) };
-    if let Some(k) = m.keys().find(|k| k.as_str() != "user_id") {
-        return Err(ValidationError::unknown(format!("metadata.{k}")));
-    }
+    field_policy::parameter_keys(m, "metadata", &["user_id"])?;
     match m.get("user_id") {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s)),
@@ -130,8 +152,12 @@ fn tool_setup(
     loaded: &Loaded,
     tools: Option<&[Map<String, Value>]>,
     choice: Option<&Map<String, Value>>,
+    ignored: &mut Ignored,
 ) -> Result<(Option<ToolSetup>, bool), ValidationError> {
-    let tools = tools.map(chat_tools).transpose()?;
+    let tools = match tools {
+        Some(t) => Some(chat_tools(t, ignored)?),
+        None => None,
+    };
     let (choice, parallel) = match choice {
         Some(c) => {
             let (c, p) = chat_tool_choice(c)?;
@@ -139,18 +165,20 @@ fn tool_setup(
         }
         None => (None, true),
     };
-    let setup = tools::parse(loaded, tools.as_ref(), choice.as_ref())?;
+    let setup = tools::parse(loaded, tools.as_ref(), choice.as_ref(), ignored)?;
     Ok((setup, parallel))
 }
 
 /// `POST /v1/messages/count_tokens`: the prompt tokens the same messages request would take.
 pub async fn count_tokens(
     State(state): State<AppState>,
+    info: Option<Extension<RequestInfo>>,
     body: Result<JsonBody<CountTokensRequest>, ApiError>,
 ) -> Response {
     let st = state.clone();
+    let ua = RequestInfo::user_agent_of(info);
     let result = match body {
-        Ok(JsonBody(req)) => run_blocking(move || count_blocking(&st, req)).await,
+        Ok(JsonBody(req)) => run_blocking(move || count_blocking(&st, req, ua.as_deref())).await,
         Err(e) => Err(e),
     };
     match result {
@@ -162,13 +190,19 @@ pub async fn count_tokens(
 fn count_blocking(
     state: &AppState,
     req: CountTokensRequest,
+    user_agent: Option<&str>,
 ) -> Result<CountTokensResponse, ApiError> {
-    validate::reject_unknown(&req.extra)?;
+    let mut ignored = Ignored::default();
+    let policy = state.config().unknown_fields;
+    ignored.top_level(policy, &req.extra, CountTokensRequest::FIELDS)?;
     validate::check_model(state, &req.model)?;
     validate::refuse("thinking", &req.thinking, "no thinking models are served")?;
+    constraints::from_anthropic_output(req.output_config.as_ref(), None)?;
     let loaded = state.loaded()?;
-    let (setup, _) = tool_setup(loaded, req.tools.as_deref(), req.tool_choice.as_ref())?;
-    let messages = chat_messages(req.system.as_ref(), &req.messages)?;
+    let tools = req.tools.as_deref();
+    let (setup, _) = tool_setup(loaded, tools, req.tool_choice.as_ref(), &mut ignored)?;
+    let messages = chat_messages(req.system.as_ref(), &req.messages, &mut ignored)?;
+    ignored.report(state.metrics(), user_agent);
     let text = render(loaded, &messages, &PromptOptions::NEW_TURN, setup.as_ref())?;
     Ok(CountTokensResponse {
         input_tokens: tokenize(loaded, &text, None).len() as u32,

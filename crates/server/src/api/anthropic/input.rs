@@ -1,28 +1,32 @@
 //! Anthropic's request shape -> the chat path's: `system` and content blocks become chat
 //! messages (`tool_use` an assistant's `tool_calls`, `tool_result` a `tool` message), `tools`
 //! and `tool_choice` their OpenAI forms, so the same template, tool grammar and parser serve
-//! both APIs. Unsupported blocks and tools are refused by name.
+//! both APIs. Unsupported blocks and tools are refused by name; keys a block, message or tool
+//! does not have are ignored and noted (`prepare/field_policy.rs`).
 
 use pagoda_protocol::anthropic::{AnthropicMessage, BlockContent};
 use pagoda_protocol::{ChatMessage, FunctionCall, Role, ToolCall};
 use serde_json::{Map, Value, json};
 
-use crate::prepare::validate::{only_keys, str_field};
+use crate::prepare::field_policy::{self, Ignored};
+use crate::prepare::validate::str_field;
 use crate::prepare::validation_error::ValidationError;
 
 /// The conversation as chat messages: `system` first, then each turn's blocks.
 pub fn chat_messages(
     system: Option<&BlockContent>,
     messages: &[AnthropicMessage],
+    ignored: &mut Ignored,
 ) -> Result<Vec<ChatMessage>, ValidationError> {
     let mut out = Vec::with_capacity(messages.len() + 1);
     if let Some(s) = system {
-        out.push(ChatMessage::new(Role::System, block_text(s, "system")?));
+        out.push(ChatMessage::new(
+            Role::System,
+            block_text(s, "system", ignored)?,
+        ));
     }
     for (i, m) in messages.iter().enumerate() {
-        if let Some(k) = m.extra.keys().next() {
-            return Err(ValidationError::unknown(format!("messages[{i}].{k}")));
-        }
+        ignored.content_keys(&m.extra, &format!("messages[{i}]"), &[]);
         let role = match m.role.as_str() {
             "user" => Role::User,
             "assistant" => Role::Assistant,
@@ -36,11 +40,14 @@ pub fn chat_messages(
         };
         match &m.content {
             BlockContent::Text(t) => out.push(ChatMessage::new(role, t.as_str())),
-            BlockContent::Blocks(blocks) => turn(i, role, blocks, &mut out)?,
+            BlockContent::Blocks(blocks) => turn(i, role, blocks, &mut out, ignored)?,
         }
     }
     Ok(out)
 }
+
+/// The keys of a text block.
+const TEXT_KEYS: &[&str] = &["type", "text", "cache_control", "citations"];
 
 /// One turn of blocks: tool results first (each a `tool` message, as chat templates expect them
 /// right after the calls), then the turn's text and calls as one message.
@@ -49,6 +56,7 @@ fn turn(
     role: Role,
     blocks: &[Map<String, Value>],
     out: &mut Vec<ChatMessage>,
+    ignored: &mut Ignored,
 ) -> Result<(), ValidationError> {
     let mut texts = Vec::new();
     let mut calls = Vec::new();
@@ -57,11 +65,12 @@ fn turn(
         let kind = b.get("type").and_then(Value::as_str).unwrap_or("");
         match (kind, role) {
             ("text", _) => {
-                only_keys(b, &field, &["type", "text", "cache_control", "citations"])?;
+                ignored.content_keys(b, &field, TEXT_KEYS);
                 texts.push(str_field(b, &field, "text")?.to_owned());
             }
             ("tool_use", Role::Assistant) => {
-                only_keys(b, &field, &["type", "id", "name", "input", "cache_control"])?;
+                let known = &["type", "id", "name", "input", "cache_control"];
+                ignored.content_keys(b, &field, known);
                 let input = b.get("input").cloned().unwrap_or_else(|| json!({}));
                 if !input.is_object() {
                     return Err(ValidationError::invalid(
@@ -79,17 +88,14 @@ fn turn(
                 });
             }
             ("tool_result", Role::User) => {
-                only_keys(
-                    b,
-                    &field,
-                    &[
-                        "type",
-                        "tool_use_id",
-                        "content",
-                        "is_error",
-                        "cache_control",
-                    ],
-                )?;
+                let known = &[
+                    "type",
+                    "tool_use_id",
+                    "content",
+                    "is_error",
+                    "cache_control",
+                ];
+                ignored.content_keys(b, &field, known);
                 let id = str_field(b, &field, "tool_use_id")?;
                 let content = match b.get("content") {
                     None | Some(Value::Null) => String::new(),
@@ -100,7 +106,7 @@ fn turn(
                                 "a string or a list of text blocks",
                             )
                         })?;
-                        block_text(&c, &format!("{field}.content"))?
+                        block_text(&c, &format!("{field}.content"), ignored)?
                     }
                 };
                 let mut m = ChatMessage::new(Role::Tool, content);
@@ -146,7 +152,11 @@ fn turn(
 }
 
 /// The text of `system` or a tool result: a string, or text blocks joined with newlines.
-fn block_text(c: &BlockContent, field: &str) -> Result<String, ValidationError> {
+fn block_text(
+    c: &BlockContent,
+    field: &str,
+    ignored: &mut Ignored,
+) -> Result<String, ValidationError> {
     match c {
         BlockContent::Text(t) => Ok(t.clone()),
         BlockContent::Blocks(blocks) => {
@@ -155,7 +165,7 @@ fn block_text(c: &BlockContent, field: &str) -> Result<String, ValidationError> 
                 let f = format!("{field}[{j}]");
                 match b.get("type").and_then(Value::as_str) {
                     Some("text") => {
-                        only_keys(b, &f, &["type", "text", "cache_control", "citations"])?;
+                        ignored.content_keys(b, &f, TEXT_KEYS);
                         texts.push(str_field(b, &f, "text")?);
                     }
                     other => {
@@ -172,7 +182,10 @@ fn block_text(c: &BlockContent, field: &str) -> Result<String, ValidationError> 
 }
 
 /// Anthropic tools (`{"name", "description", "input_schema"}`) as chat tools.
-pub fn chat_tools(tools: &[Map<String, Value>]) -> Result<Value, ValidationError> {
+pub fn chat_tools(
+    tools: &[Map<String, Value>],
+    ignored: &mut Ignored,
+) -> Result<Value, ValidationError> {
     let mut out = Vec::with_capacity(tools.len());
     for (i, t) in tools.iter().enumerate() {
         let field = format!("tools[{i}]");
@@ -185,17 +198,15 @@ pub fn chat_tools(tools: &[Map<String, Value>]) -> Result<Value, ValidationError
                 ));
             }
         }
-        only_keys(
-            t,
-            &field,
-            &[
-                "type",
-                "name",
-                "description",
-                "input_schema",
-                "cache_control",
-            ],
-        )?;
+        let known = &[
+            "type",
+            "name",
+            "description",
+            "input_schema",
+            "cache_control",
+            "strict",
+        ];
+        ignored.content_keys(t, &field, known);
         let schema = t
             .get("input_schema")
             .filter(|s| s.is_object())
@@ -208,6 +219,10 @@ pub fn chat_tools(tools: &[Map<String, Value>]) -> Result<Value, ValidationError
             f.insert("description".into(), d.clone());
         }
         f.insert("parameters".into(), schema.clone());
+        // Strict tool use: the call's input follows `input_schema` (`tools::ToolSetup`).
+        if let Some(s) = t.get("strict").filter(|s| !s.is_null()) {
+            f.insert("strict".into(), s.clone());
+        }
         out.push(json!({"type": "function", "function": f}));
     }
     Ok(Value::Array(out))
@@ -215,7 +230,7 @@ pub fn chat_tools(tools: &[Map<String, Value>]) -> Result<Value, ValidationError
 
 /// Anthropic's `tool_choice` as chat's, and whether parallel calls are allowed.
 pub fn chat_tool_choice(c: &Map<String, Value>) -> Result<(Value, bool), ValidationError> {
-    only_keys(
+    field_policy::parameter_keys(
         c,
         "tool_choice",
         &["type", "name", "disable_parallel_tool_use"],
@@ -273,7 +288,7 @@ mod tests {
                 {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "18C"}]},
                 {"type": "text", "text": "And?"}]}
         ]));
-        let out = chat_messages(Some(&system), &m).unwrap();
+        let out = chat_messages(Some(&system), &m, &mut Ignored::default()).unwrap();
         let roles: Vec<Role> = out.iter().map(|m| m.role).collect();
         assert_eq!(
             roles,
@@ -294,13 +309,16 @@ mod tests {
     #[test]
     fn unsupported_blocks_and_tools_are_named() {
         let m = msgs(json!([{"role": "user", "content": [{"type": "image", "source": {}}]}]));
-        let e = chat_messages(None, &m).unwrap_err();
+        let e = chat_messages(None, &m, &mut Ignored::default()).unwrap_err();
         assert_eq!(e.field().as_deref(), Some("messages[0].content[0].type"));
         let t: Vec<Map<String, Value>> =
             serde_json::from_value(json!([{"type": "web_search_20250305", "name": "web_search"}]))
                 .unwrap();
         assert_eq!(
-            chat_tools(&t).unwrap_err().field().as_deref(),
+            chat_tools(&t, &mut Ignored::default())
+                .unwrap_err()
+                .field()
+                .as_deref(),
             Some("tools[0].type")
         );
         let c: Map<String, Value> =

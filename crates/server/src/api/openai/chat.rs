@@ -16,6 +16,7 @@ use crate::generate::generation::ChoiceUpdate;
 use crate::generate::stream::{self as sse, ChoiceFormatter};
 use crate::prepare::chat_prompt::{PromptOptions, content_text, render, tokenize};
 use crate::prepare::constraints;
+use crate::prepare::field_policy::Ignored;
 use crate::prepare::tools::{self, ToolSetup};
 use crate::prepare::valid_request::ValidRequest;
 use crate::prepare::validate;
@@ -77,7 +78,10 @@ fn prepare(
     loaded: &Loaded,
     req: ChatCompletionRequest,
 ) -> Result<(ValidRequest, Chat), ValidationError> {
-    validate::reject_unknown(&req.extra)?;
+    let mut ignored = Ignored::default();
+    let policy = state.config().unknown_fields;
+    ignored.top_level(policy, &req.extra, ChatCompletionRequest::FIELDS)?;
+    ignored.messages(&req.messages);
     let lora = validate::resolve_model(state, &req.model)?;
     let later = "not supported yet";
     validate::refuse(
@@ -90,7 +94,12 @@ fn prepare(
         &req.function_call,
         "deprecated by OpenAI; use `tool_choice`",
     )?;
-    let tools = tools::parse(loaded, req.tools.as_ref(), req.tool_choice.as_ref())?;
+    let tools = tools::parse(
+        loaded,
+        req.tools.as_ref(),
+        req.tool_choice.as_ref(),
+        &mut ignored,
+    )?;
     let requested = constraints::requested(
         req.response_format.as_ref(),
         req.structured_outputs.as_ref(),
@@ -189,7 +198,8 @@ fn prepare(
     fields.constraint = constraint;
     fields.lora = lora;
     fields.prompt_logprobs = req.prompt_logprobs;
-    let request = validate::build(state, loaded, &fields, vec![prompt])?;
+    let mut request = validate::build(state, loaded, &fields, vec![prompt])?;
+    request.ignored = ignored;
     Ok((
         request,
         Chat {

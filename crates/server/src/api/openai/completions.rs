@@ -12,6 +12,7 @@ use crate::generate::endpoint::GenerationEndpoint;
 use crate::generate::generation::ChoiceUpdate;
 use crate::generate::stream::{self as sse, ChoiceFormatter};
 use crate::prepare::constraints;
+use crate::prepare::field_policy::Ignored;
 use crate::prepare::valid_request::ValidRequest;
 use crate::prepare::validate;
 use crate::prepare::validation_error::{FieldNames, ValidationError};
@@ -65,7 +66,9 @@ fn prepare(
     loaded: &Loaded,
     req: CompletionRequest,
 ) -> Result<(ValidRequest, Completions), ValidationError> {
-    validate::reject_unknown(&req.extra)?;
+    let mut ignored = Ignored::default();
+    let policy = state.config().unknown_fields;
+    ignored.top_level(policy, &req.extra, CompletionRequest::FIELDS)?;
     let lora = validate::resolve_model(state, &req.model)?;
     if let Some(b) = req.best_of
         && b != req.n.unwrap_or(1)
@@ -133,7 +136,8 @@ fn prepare(
         (None, true) => req.logprobs,
         (None, false) => None,
     };
-    let request = validate::build(state, loaded, &fields, prompts)?;
+    let mut request = validate::build(state, loaded, &fields, prompts)?;
+    request.ignored = ignored;
     let completions = Completions {
         echo,
         logprobs: req.logprobs.is_some(),

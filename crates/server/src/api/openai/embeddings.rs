@@ -2,9 +2,9 @@
 //! token sequences to the embedding batcher (`embedder.rs`), and answers in OpenAI's shape:
 //! floats or base64, cut to `dimensions` for Matryoshka models, with token usage.
 
-use axum::Json;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use pagoda_protocol::{
     Embedding, EmbeddingRequest, EmbeddingResponse, EmbeddingUsage, EmbeddingVector, Prompt,
 };
@@ -12,7 +12,9 @@ use pagoda_protocol::{
 use crate::error::ApiError;
 use crate::error::rejected::rejected;
 use crate::http::body::JsonBody;
+use crate::http::request_id::RequestInfo;
 use crate::prepare::blocking::run_blocking;
+use crate::prepare::field_policy::Ignored;
 use crate::prepare::validate;
 use crate::prepare::validation_error::ValidationError;
 use crate::state::AppState;
@@ -27,14 +29,16 @@ struct Prepared {
 
 pub async fn embeddings(
     State(state): State<AppState>,
+    info: Option<Extension<RequestInfo>>,
     JsonBody(req): JsonBody<EmbeddingRequest>,
 ) -> Response {
+    let ua = RequestInfo::user_agent_of(info);
     let _in_flight = match state.admit() {
         Ok(g) => g,
         Err(e) => return rejected(&state, e),
     };
     let st = state.clone();
-    let prepared = match run_blocking(move || prepare(&st, req)).await {
+    let prepared = match run_blocking(move || prepare(&st, req, ua)).await {
         Ok(p) => p,
         Err(e) => return rejected(&state, e),
     };
@@ -79,8 +83,15 @@ pub async fn embeddings(
     .into_response()
 }
 
-fn prepare(state: &AppState, req: EmbeddingRequest) -> Result<Prepared, ApiError> {
-    validate::reject_unknown(&req.extra)?;
+fn prepare(
+    state: &AppState,
+    req: EmbeddingRequest,
+    user_agent: Option<String>,
+) -> Result<Prepared, ApiError> {
+    let mut ignored = Ignored::default();
+    let policy = state.config().unknown_fields;
+    ignored.top_level(policy, &req.extra, EmbeddingRequest::FIELDS)?;
+    ignored.report(state.metrics(), user_agent.as_deref());
     validate::check_model(state, &req.model)?;
     let e = state.embedder()?;
     let base64 = match req.encoding_format.as_deref() {

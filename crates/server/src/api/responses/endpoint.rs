@@ -18,6 +18,7 @@ use crate::generate::chat_output::ChoiceOutput;
 use crate::generate::endpoint::GenerationEndpoint;
 use crate::prepare::chat_prompt::{PromptOptions, render, tokenize};
 use crate::prepare::constraints;
+use crate::prepare::field_policy::Ignored;
 use crate::prepare::tools;
 use crate::prepare::valid_request::ValidRequest;
 use crate::prepare::validate::{self, SamplingFields};
@@ -43,7 +44,8 @@ impl GenerationEndpoint for Responses {
         loaded: &Loaded,
         req: ResponsesRequest,
     ) -> Result<(ValidRequest, Self), ValidationError> {
-        check_extra(&req.extra)?;
+        let mut ignored = Ignored::default();
+        check_extra(&req.extra, state.config().unknown_fields, &mut ignored)?;
         let lora = validate::resolve_model(state, &req.model)?;
         if let Some(u) = &req.user {
             tracing::info!(user = u.as_str(), "responses request");
@@ -66,16 +68,19 @@ impl GenerationEndpoint for Responses {
             .input
             .as_ref()
             .ok_or_else(|| ValidationError::rule("input", "`input` is required"))?;
-        chat_messages(input, &mut conversation)?;
+        chat_messages(input, &mut conversation, &mut ignored)?;
         let mut messages = Vec::with_capacity(conversation.len() + 1);
         if let Some(i) = &req.instructions {
             messages.push(ChatMessage::new(Role::System, i.as_str()));
         }
         messages.extend(conversation.iter().cloned());
 
-        let tools = req.tools.as_deref().map(chat_tools).transpose()?;
+        let tools = match req.tools.as_deref() {
+            Some(t) => Some(chat_tools(t, &mut ignored)?),
+            None => None,
+        };
         let choice = req.tool_choice.as_ref().map(chat_tool_choice).transpose()?;
-        let setup = tools::parse(loaded, tools.as_ref(), choice.as_ref())?;
+        let setup = tools::parse(loaded, tools.as_ref(), choice.as_ref(), &mut ignored)?;
         let format = match &req.text {
             Some(t) => constraints::from_text_config(t)?.map(|c| (c, "text.format")),
             None => None,
@@ -91,7 +96,8 @@ impl GenerationEndpoint for Responses {
         f.seed = req.seed;
         f.stream = req.stream;
         f.constraint = constraint;
-        let request = validate::build(state, loaded, &f, vec![prompt])?;
+        let mut request = validate::build(state, loaded, &f, vec![prompt])?;
+        request.ignored = ignored;
         let echo = pagoda_protocol::responses::Response {
             id: String::new(),
             object: "response".into(),

@@ -1,18 +1,41 @@
 //! The Responses API's request shape -> the chat path's: input items (messages,
 //! `function_call`, `function_call_output`) become chat messages, function tools and
 //! `tool_choice` their chat forms, so one template, tool grammar and parser serve every API.
-//! The parts pagoda does not serve (built-in tools, `background`, ...) are refused by name.
+//! The parts pagoda does not serve (built-in tools, `background`, ...) are refused by name;
+//! keys an item or tool does not have are ignored and noted (`prepare/field_policy.rs`).
 
-use pagoda_protocol::responses::ResponseInput;
+use pagoda_protocol::responses::{ResponseInput, ResponsesRequest};
 use pagoda_protocol::{ChatMessage, FunctionCall, Role, ToolCall};
 use serde_json::{Map, Value, json};
 
-use crate::prepare::validate::{only_keys, str_field};
+use crate::prepare::field_policy::{Ignored, UnknownFields};
+use crate::prepare::validate::str_field;
 use crate::prepare::validation_error::ValidationError;
 
+/// Responses fields pagoda reads from `extra` (`check_extra`), beside the typed ones.
+const EXTRA_FIELDS: &[&str] = &[
+    "background",
+    "include",
+    "reasoning",
+    "truncation",
+    "service_tier",
+    "safety_identifier",
+    "top_logprobs",
+    "max_tool_calls",
+    "conversation",
+    "prompt",
+    "prompt_cache_key",
+    "stream_options",
+];
+
 /// Known Responses fields pagoda refuses unless they ask for what it does anyway; anything else
-/// in `extra` is unknown.
-pub fn check_extra(extra: &Map<String, Value>) -> Result<(), ValidationError> {
+/// in `extra` is unknown, for the field policy to judge.
+pub fn check_extra(
+    extra: &Map<String, Value>,
+    policy: UnknownFields,
+    ignored: &mut Ignored,
+) -> Result<(), ValidationError> {
+    let mut unknown = Vec::new();
     for (k, v) in extra {
         let refuse = |why: &str| Err(ValidationError::unsupported(k.as_str(), why));
         match k.as_str() {
@@ -37,16 +60,22 @@ pub fn check_extra(extra: &Map<String, Value>) -> Result<(), ValidationError> {
                     return refuse("not supported yet");
                 }
             }
-            _ => return Err(ValidationError::unknown(k.as_str())),
+            _ => unknown.push(k.as_str()),
         }
     }
-    Ok(())
+    let known: Vec<&str> = ResponsesRequest::FIELDS
+        .iter()
+        .chain(EXTRA_FIELDS)
+        .copied()
+        .collect();
+    ignored.top_level_keys(policy, unknown, &known)
 }
 
 /// The input as chat messages, appended to `out`.
 pub fn chat_messages(
     input: &ResponseInput,
     out: &mut Vec<ChatMessage>,
+    ignored: &mut Ignored,
 ) -> Result<(), ValidationError> {
     let items = match input {
         ResponseInput::Text(t) => {
@@ -69,15 +98,15 @@ pub fn chat_messages(
         };
         match kind {
             "message" => {
-                only_keys(item, &field, &["type", "role", "content", "id", "status"])?;
+                ignored.content_keys(item, &field, &["type", "role", "content", "id", "status"]);
                 out.push(message(item, &field)?);
             }
             "function_call" => {
-                only_keys(
+                ignored.content_keys(
                     item,
                     &field,
                     &["type", "call_id", "name", "arguments", "id", "status"],
-                )?;
+                );
                 let call = ToolCall {
                     id: str_field(item, &field, "call_id")?.to_owned(),
                     kind: "function".to_owned(),
@@ -100,7 +129,7 @@ pub fn chat_messages(
                 }
             }
             "function_call_output" => {
-                only_keys(item, &field, &["type", "call_id", "output", "id", "status"])?;
+                ignored.content_keys(item, &field, &["type", "call_id", "output", "id", "status"]);
                 let output = match item.get("output") {
                     Some(Value::String(s)) => s.clone(),
                     Some(Value::Array(_)) => {
@@ -183,7 +212,10 @@ fn text_parts(content: Option<&Value>, field: &str) -> Result<String, Validation
 
 /// Function tools (`{"type": "function", "name", "description", "parameters", "strict"}`) as
 /// chat tools; built-in tools are refused by type.
-pub fn chat_tools(tools: &[Map<String, Value>]) -> Result<Value, ValidationError> {
+pub fn chat_tools(
+    tools: &[Map<String, Value>],
+    ignored: &mut Ignored,
+) -> Result<Value, ValidationError> {
     let mut out = Vec::with_capacity(tools.len());
     for (i, t) in tools.iter().enumerate() {
         let field = format!("tools[{i}]");
@@ -198,11 +230,11 @@ pub fn chat_tools(tools: &[Map<String, Value>]) -> Result<Value, ValidationError
                 ));
             }
         }
-        only_keys(
+        ignored.content_keys(
             t,
             &field,
             &["type", "name", "description", "parameters", "strict"],
-        )?;
+        );
         let mut f = Map::new();
         f.insert("name".into(), json!(str_field(t, &field, "name")?));
         for k in ["description", "parameters", "strict"] {
@@ -255,7 +287,7 @@ mod tests {
         ]))
         .unwrap();
         let mut out = Vec::new();
-        chat_messages(&input, &mut out).unwrap();
+        chat_messages(&input, &mut out, &mut Ignored::default()).unwrap();
         let roles: Vec<Role> = out.iter().map(|m| m.role).collect();
         assert_eq!(roles, [Role::User, Role::Assistant, Role::Tool, Role::User]);
         assert_eq!(out[1].tool_calls.as_ref().unwrap()[0].id, "call_1");
@@ -267,20 +299,26 @@ mod tests {
         let t: Vec<Map<String, Value>> =
             serde_json::from_value(json!([{"type": "web_search_preview"}])).unwrap();
         assert_eq!(
-            chat_tools(&t).unwrap_err().field().as_deref(),
+            chat_tools(&t, &mut Ignored::default())
+                .unwrap_err()
+                .field()
+                .as_deref(),
             Some("tools[0].type")
         );
         let mut extra = Map::new();
         extra.insert("background".into(), json!(true));
         assert_eq!(
-            check_extra(&extra).unwrap_err().field().as_deref(),
+            check_extra(&extra, UnknownFields::Reject, &mut Ignored::default())
+                .unwrap_err()
+                .field()
+                .as_deref(),
             Some("background")
         );
         extra.insert("background".into(), json!(false));
-        assert!(check_extra(&extra).is_ok());
+        assert!(check_extra(&extra, UnknownFields::Reject, &mut Ignored::default()).is_ok());
         extra.insert("frobnicate".into(), json!(1));
         assert!(matches!(
-            check_extra(&extra),
+            check_extra(&extra, UnknownFields::Reject, &mut Ignored::default()),
             Err(ValidationError::UnknownField { .. })
         ));
     }

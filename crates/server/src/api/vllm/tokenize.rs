@@ -1,18 +1,20 @@
 //! vLLM's `POST /tokenize` (a `prompt` or llama.cpp's `content`, or `messages` and `tools`
 //! through the chat template exactly as the generation endpoints tokenize them) and
-//! `POST /detokenize`.
+//! `POST /detokenize`. llama.cpp's `add_special` is `add_special_tokens` by its other name.
 
-use axum::Json;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use pagoda_protocol::{DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse};
 
 use crate::error::ApiError;
 use crate::error::rejected::rejected;
 use crate::generate::generation::token_text;
 use crate::http::body::JsonBody;
+use crate::http::request_id::RequestInfo;
 use crate::prepare::blocking::run_blocking;
 use crate::prepare::chat_prompt::{self, PromptOptions, render};
+use crate::prepare::field_policy::Ignored;
 use crate::prepare::tools;
 use crate::prepare::validate;
 use crate::prepare::validation_error::ValidationError;
@@ -20,35 +22,56 @@ use crate::state::AppState;
 
 pub async fn tokenize(
     State(state): State<AppState>,
+    info: Option<Extension<RequestInfo>>,
     JsonBody(req): JsonBody<TokenizeRequest>,
 ) -> Response {
     let st = state.clone();
-    match run_blocking(move || tokenize_blocking(&st, req)).await {
+    let ua = RequestInfo::user_agent_of(info);
+    match run_blocking(move || tokenize_blocking(&st, req, ua)).await {
         Ok(r) => Json(r).into_response(),
         Err(e) => rejected(&state, e),
     }
 }
 
-fn tokenize_blocking(state: &AppState, req: TokenizeRequest) -> Result<TokenizeResponse, ApiError> {
-    validate::reject_unknown(&req.extra)?;
+fn tokenize_blocking(
+    state: &AppState,
+    req: TokenizeRequest,
+    user_agent: Option<String>,
+) -> Result<TokenizeResponse, ApiError> {
+    let mut ignored = Ignored::default();
+    let policy = state.config().unknown_fields;
+    ignored.top_level(policy, &req.extra, TokenizeRequest::FIELDS)?;
     if let Some(m) = &req.model {
         validate::check_model(state, m)?;
     }
     let loaded = state.loaded()?;
+    // vLLM's default adds special tokens to a `prompt`, llama.cpp's none to a `content`; a
+    // client written for both sends both names, with the same text.
     let text = match (&req.prompt, &req.content) {
         (Some(p), None) => Some((p, true)),
         (None, Some(c)) => Some((c, false)),
         (None, None) => None,
+        (Some(p), Some(c)) if p == c => Some((p, true)),
         (Some(_), Some(_)) => {
-            return Err(ValidationError::Conflict {
-                field: "content",
-                with: "`prompt`",
-            }
+            return Err(ValidationError::rule(
+                "content",
+                "`prompt` and `content` are two names for the text to tokenize; give one, or both with the same text",
+            )
             .into());
         }
     };
+    let add_special = match (req.add_special_tokens, req.add_special) {
+        (Some(a), Some(b)) if a != b => {
+            return Err(ValidationError::rule(
+                "add_special",
+                "`add_special` (llama.cpp) and `add_special_tokens` (vLLM) name one setting; they disagree",
+            )
+            .into());
+        }
+        (a, b) => a.or(b),
+    };
     let tokens = match (text, &req.messages) {
-        (Some((text, add_special)), None) => {
+        (Some((text, default_special)), None) => {
             if req.add_generation_prompt.is_some()
                 || req.continue_final_message.is_some()
                 || req.chat_template_kwargs.is_some()
@@ -66,7 +89,7 @@ fn tokenize_blocking(state: &AppState, req: TokenizeRequest) -> Result<TokenizeR
             }
             loaded
                 .tokenizer
-                .encode(text, req.add_special_tokens.unwrap_or(add_special), true)
+                .encode(text, add_special.unwrap_or(default_special), true)
         }
         (None, Some(msgs)) => {
             let opts = PromptOptions::new(
@@ -75,9 +98,10 @@ fn tokenize_blocking(state: &AppState, req: TokenizeRequest) -> Result<TokenizeR
                 req.chat_template_kwargs.as_ref(),
             )?;
             // The same parse and render as a chat request, so the two counts agree.
-            let setup = tools::parse(loaded, req.tools.as_ref(), None)?;
+            ignored.messages(msgs);
+            let setup = tools::parse(loaded, req.tools.as_ref(), None, &mut ignored)?;
             let text = render(loaded, msgs, &opts, setup.as_ref())?;
-            chat_prompt::tokenize(loaded, &text, req.add_special_tokens)
+            chat_prompt::tokenize(loaded, &text, add_special)
         }
         _ => {
             return Err(ValidationError::rule(
@@ -87,6 +111,7 @@ fn tokenize_blocking(state: &AppState, req: TokenizeRequest) -> Result<TokenizeR
             .into());
         }
     };
+    ignored.report(state.metrics(), user_agent.as_deref());
     let token_strs = req.return_token_strs.unwrap_or(false).then(|| {
         tokens
             .iter()
@@ -106,7 +131,8 @@ pub async fn detokenize(
     JsonBody(req): JsonBody<DetokenizeRequest>,
 ) -> Response {
     let result = (|| {
-        validate::reject_unknown(&req.extra)?;
+        let policy = state.config().unknown_fields;
+        Ignored::default().top_level(policy, &req.extra, DetokenizeRequest::FIELDS)?;
         if let Some(m) = &req.model {
             validate::check_model(&state, m)?;
         }

@@ -2,6 +2,8 @@
 //! `pagoda:`): latency and length histograms observed per request here, gauges and token
 //! counters read from the engine's stats at scrape time. pagoda-exposition writes the text.
 
+use std::collections::BTreeMap;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use pagoda_core::EngineStats;
@@ -43,7 +45,13 @@ pub struct Metrics {
     pub generation_tokens: Histogram,
     finished: [AtomicU64; 4],
     rejected: [AtomicU64; REJECT_REASONS.len()],
+    /// Unknown request fields let through, by field (`prepare/field_policy.rs`).
+    ignored_fields: Mutex<BTreeMap<String, u64>>,
 }
+
+/// Distinct field labels kept before the rest are counted as `other`: the names come from
+/// clients, and a scrape must stay small whatever they send.
+const MAX_FIELD_LABELS: usize = 64;
 
 impl Default for Metrics {
     fn default() -> Self {
@@ -65,6 +73,7 @@ impl Metrics {
             generation_tokens: length(),
             finished: Default::default(),
             rejected: Default::default(),
+            ignored_fields: Default::default(),
         }
     }
 
@@ -80,6 +89,19 @@ impl Metrics {
         if let Some(i) = REJECT_REASONS.iter().position(|r| *r == reason) {
             self.rejected[i].fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Counts an unknown request field that was accepted and ignored.
+    pub fn count_ignored_field(&self, field: &str) {
+        let Ok(mut m) = self.ignored_fields.lock() else {
+            return;
+        };
+        let key = if m.contains_key(field) || m.len() < MAX_FIELD_LABELS {
+            field
+        } else {
+            "other"
+        };
+        *m.entry(key.to_owned()).or_default() += 1;
     }
 
     /// The server's own families, with the engine's gauges and counters from `stats`.
@@ -169,6 +191,19 @@ impl Metrics {
             "pagoda:request_rejected_total",
             "Requests answered with an error before generation, by reason.",
             by_reason(model_name, "reason", REJECT_REASONS, &self.rejected),
+        );
+        let ignored: Vec<(String, u64)> = match self.ignored_fields.lock() {
+            Ok(m) => m.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+            Err(_) => Vec::new(),
+        };
+        e.scraped(
+            "pagoda:request_ignored_fields_total",
+            "Unknown request fields accepted and ignored, by field (indices dropped).",
+            Scraped::counters(ignored.into_iter().map(|(field, n)| {
+                let mut labels = model_labels(model_name);
+                labels.push(("field", field));
+                (labels, n.into())
+            })),
         );
         for (name, help, h) in [
             (
