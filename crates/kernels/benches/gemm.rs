@@ -1,9 +1,15 @@
 //! The encoder GEMMs at MiniLM's and EmbeddingGemma's shapes (n x k), f32 panels
-//! (`gemm::gemm_f32`) beside the packed q8_0 matmul the default mode runs, reported as
-//! "elements" = FLOPs (2 m n k) per second, to read against `--bench roof`. Env: `GEMM_M=256`
+//! (`gemm::gemm_f32`) beside the packed q8_0 matmul the default mode runs (its AVX2 kernels,
+//! and its AVX-VNNI ones where the CPU has them), reported as
+//! "elements" = FLOPs (2 m n k) per second, each group opening with the f32 and int8 roofs
+//! (`--bench roof`'s kernels) so the GEMMs are read against roofs measured under the same load. Env: `GEMM_M=256`
 //! picks the row counts (default 32,256,2048), `PAGODA_THREADS=n` sizes the pool.
 
+mod common;
+
+use common::Roof;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use pagoda_kernels::cpu;
 use pagoda_kernels::gemm::{F32Panels, gemm_f32};
 use pagoda_kernels::matmul::{MatmulScratch, matmul_packed};
 use pagoda_kernels::parallel;
@@ -48,6 +54,18 @@ fn bench_gemm(c: &mut Criterion) {
         g.warm_up_time(Duration::from_millis(300))
             .measurement_time(Duration::from_secs(1))
             .sample_size(10);
+        let threads = parallel::num_threads();
+        let roofs = [
+            ("roof_f32_fma", Roof::F32Fma),
+            ("roof_int8_maddubs", Roof::Int8Pair),
+            ("roof_int8_vnni", Roof::Int8Vnni),
+        ];
+        for (label, roof) in roofs {
+            if roof.available() {
+                g.throughput(Throughput::Elements(roof.ops(threads)));
+                g.bench_function(label, |b| b.iter(|| roof.run(threads)));
+            }
+        }
         for (name, n, k) in SHAPES {
             let w = values(n * k, 1);
             let x = values(m * k, 2);
@@ -64,9 +82,18 @@ fn bench_gemm(c: &mut Criterion) {
             }
             if let Some(p) = PackedMatrix::pack(GgmlType::Q8_0, n, k, &q) {
                 let mut scratch = MatmulScratch::default();
+                // The AVX2 kernels, then the AVX-VNNI ones where the CPU has them.
+                let vnni = cpu::avx_vnni();
+                cpu::set_avx_vnni(false);
                 g.bench_function(format!("{name}_{n}x{k}_q8_0"), |b| {
                     b.iter(|| matmul_packed(black_box(&p), &x, m, &mut y, &mut scratch))
                 });
+                if vnni {
+                    cpu::set_avx_vnni(true);
+                    g.bench_function(format!("{name}_{n}x{k}_q8_0_vnni"), |b| {
+                        b.iter(|| matmul_packed(black_box(&p), &x, m, &mut y, &mut scratch))
+                    });
+                }
             }
         }
         g.finish();
