@@ -11,6 +11,7 @@ use std::sync::{Arc, OnceLock};
 use pagoda_gguf::GgufFile;
 use pagoda_kernels::gemm::{F32Panels, gemm_f32};
 use pagoda_kernels::matmul::{self, MatmulScratch};
+use pagoda_kernels::parallel;
 use pagoda_kernels::quant::packed::{GROUP_ROWS, PackedMatrix};
 use pagoda_kernels::quant::{self, GgmlType};
 
@@ -442,6 +443,29 @@ impl Weights {
         y: &mut [f32],
         scratch: &mut MatmulScratch,
     ) {
+        self.product(l, x, t, y, scratch);
+        let rows = l.weight.rows;
+        if let Some(b) = &l.bias {
+            parallel::for_rows(t, [&mut y[..t * rows]], &|_, [part]| {
+                for row in part.chunks_exact_mut(rows) {
+                    for (v, b) in row.iter_mut().zip(b) {
+                        *v += b;
+                    }
+                }
+            });
+        }
+    }
+
+    /// [`Weights::forward`] without the bias: for a caller that adds it in its next pass over
+    /// the rows (the encoders' fused bias + GELU, bias + residual + LayerNorm).
+    pub fn product(
+        &self,
+        l: &Linear,
+        x: &[f32],
+        t: usize,
+        y: &mut [f32],
+        scratch: &mut MatmulScratch,
+    ) {
         let m = &l.weight;
         debug_assert!(x.len() >= t * m.cols && y.len() >= t * m.rows);
         let y = &mut y[..t * m.rows];
@@ -450,13 +474,6 @@ impl Weights {
             (Some(p), _) => matmul::matmul_packed(p, x, t, y, scratch),
             (None, Some(p)) => gemm_f32(p, x, t, y),
             (None, None) => matmul::matmul(self.bytes(m), m.ty, m.rows, m.cols, x, t, y, scratch),
-        }
-        if let Some(b) = &l.bias {
-            for row in y.chunks_exact_mut(m.rows) {
-                for (v, b) in row.iter_mut().zip(b) {
-                    *v += b;
-                }
-            }
         }
     }
 }

@@ -1,5 +1,6 @@
 //! The row kernels encoders (BERT) use and decoders do not: LayerNorm with a bias and the exact
-//! erf GELU (transformers' `gelu`). Scalar only: an encoder step is dominated by its matmuls.
+//! erf GELU (transformers' `gelu`), and the two fused with the projections' bias adds (and the
+//! residual add) so each is one pass over the rows. Scalar; callers split rows over the pool.
 
 /// `x = (x - mean) / sqrt(var + eps) * w + b` for each row of `w.len()` values (statistics in
 /// f64, as PyTorch's CPU LayerNorm accumulates in a wider type).
@@ -21,6 +22,50 @@ pub fn gelu_erf_inplace(x: &mut [f32]) {
     for v in x {
         let t = *v as f64;
         *v = (0.5 * t * (1.0 + erf(t * std::f64::consts::FRAC_1_SQRT_2))) as f32;
+    }
+}
+
+/// `x = gelu_erf(x + bias)` for each row of `bias.len()` values (`None`: no bias): the up
+/// projection's bias add and the GELU in one pass, with [`gelu_erf_inplace`]'s bits.
+pub fn bias_gelu_erf_rows(x: &mut [f32], bias: Option<&[f32]>) {
+    let Some(bias) = bias else {
+        return gelu_erf_inplace(x);
+    };
+    for row in x.chunks_exact_mut(bias.len().max(1)) {
+        for (v, &b) in row.iter_mut().zip(bias) {
+            let t = (*v + b) as f64;
+            *v = (0.5 * t * (1.0 + erf(t * std::f64::consts::FRAC_1_SQRT_2))) as f32;
+        }
+    }
+}
+
+/// `x = layer_norm(x + (y + bias)) * w + b` for each row of `w.len()` values (`bias: None`, no
+/// bias): a projection's bias add, the residual add and BERT's post-norm in one pass over the
+/// rows, with the bits of the three done apart.
+pub fn bias_residual_layer_norm_rows(
+    x: &mut [f32],
+    y: &[f32],
+    bias: Option<&[f32]>,
+    w: &[f32],
+    b: &[f32],
+    eps: f32,
+) {
+    let n = w.len();
+    debug_assert!(n > 0 && x.len() == y.len() && x.len().is_multiple_of(n));
+    for (xr, yr) in x.chunks_exact_mut(n).zip(y.chunks_exact(n)) {
+        match bias {
+            Some(bias) => {
+                for ((v, &p), &c) in xr.iter_mut().zip(yr).zip(bias) {
+                    *v += p + c;
+                }
+            }
+            None => {
+                for (v, &p) in xr.iter_mut().zip(yr) {
+                    *v += p;
+                }
+            }
+        }
+        layer_norm_rows(xr, w, b, eps);
     }
 }
 

@@ -2,11 +2,11 @@
 //! checkpoint into): embeddings (token + position + token type 0, LayerNorm), then per layer
 //! `x = LN(x + attn(x))`, `x = LN(x + down(gelu(up(x))))`, attention bidirectional.
 
-use pagoda_kernels::ops::{gelu_erf_inplace, layer_norm_rows};
+use pagoda_kernels::ops::{bias_gelu_erf_rows, bias_residual_layer_norm_rows, layer_norm_rows};
+use pagoda_kernels::parallel;
 
 use super::{EncoderScratch, Shape, key_usize};
 use crate::ModelError;
-use crate::models::rows;
 use crate::weights::{Linear, Matrix, Weights};
 
 struct Layer {
@@ -141,7 +141,10 @@ impl Bert {
                 at += 1;
             }
         }
-        layer_norm_rows(&mut x, &self.embd_norm.0, &self.embd_norm.1, c.eps);
+        let (nw, nb) = (&self.embd_norm.0, &self.embd_norm.1);
+        parallel::for_rows(total, [&mut x[..]], &|_, [x]| {
+            layer_norm_rows(x, nw, nb, c.eps)
+        });
 
         let (mut q, mut k, mut v) = (
             vec![0f32; total * d],
@@ -170,15 +173,27 @@ impl Bert {
             }
             s.attention
                 .attend(heads, scale, None, &q, &k, &v, &mut attn);
-            w.forward(&layer.o, &attn, total, &mut proj, m);
-            rows::add(&mut x, &proj, total);
-            layer_norm_rows(&mut x, &layer.attn_norm.0, &layer.attn_norm.1, c.eps);
-            w.forward(&layer.up, &x, total, &mut hidden, m);
-            gelu_erf_inplace(&mut hidden);
-            w.forward(&layer.down, &hidden, total, &mut proj, m);
-            rows::add(&mut x, &proj, total);
-            layer_norm_rows(&mut x, &layer.out_norm.0, &layer.out_norm.1, c.eps);
+            w.product(&layer.o, &attn, total, &mut proj, m);
+            residual_norm(&mut x, &proj, &layer.o, &layer.attn_norm, c.eps);
+            w.product(&layer.up, &x, total, &mut hidden, m);
+            let bias = layer.up.bias.as_deref();
+            parallel::for_rows(total, [&mut hidden[..]], &|_, [h]| {
+                bias_gelu_erf_rows(h, bias);
+            });
+            w.product(&layer.down, &hidden, total, &mut proj, m);
+            residual_norm(&mut x, &proj, &layer.down, &layer.out_norm, c.eps);
         }
         x
     }
+}
+
+/// `x = LN(x + proj + bias of l)` in one pass per run of rows (the bias add, the residual add
+/// and the post-norm), split over the pool.
+fn residual_norm(x: &mut [f32], proj: &[f32], l: &Linear, norm: &(Vec<f32>, Vec<f32>), eps: f32) {
+    let d = norm.0.len();
+    let bias = l.bias.as_deref();
+    parallel::for_rows(x.len() / d, [x], &|r, [x]| {
+        let y = &proj[r.start * d..r.end * d];
+        bias_residual_layer_norm_rows(x, y, bias, &norm.0, &norm.1, eps);
+    });
 }
