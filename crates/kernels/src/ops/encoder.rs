@@ -26,17 +26,10 @@ pub fn gelu_erf_inplace(x: &mut [f32]) {
 }
 
 /// `x = gelu_erf(x + bias)` for each row of `bias.len()` values (`None`: no bias): the up
-/// projection's bias add and the GELU in one pass, with [`gelu_erf_inplace`]'s bits.
+/// projection's bias add and the GELU in one pass, in f32 (`gelu_erf.rs`; within 1e-6 of
+/// [`gelu_erf_inplace`]).
 pub fn bias_gelu_erf_rows(x: &mut [f32], bias: Option<&[f32]>) {
-    let Some(bias) = bias else {
-        return gelu_erf_inplace(x);
-    };
-    for row in x.chunks_exact_mut(bias.len().max(1)) {
-        for (v, &b) in row.iter_mut().zip(bias) {
-            let t = (*v + b) as f64;
-            *v = (0.5 * t * (1.0 + erf(t * std::f64::consts::FRAC_1_SQRT_2))) as f32;
-        }
-    }
+    super::bias_gelu_erf_rows_with(crate::cpu::simd_level(), x, bias);
 }
 
 /// `x = layer_norm(x + (y + bias)) * w + b` for each row of `w.len()` values (`bias: None`, no
@@ -101,6 +94,38 @@ mod tests {
             assert!((erf(x) - want).abs() < 2e-7, "erf({x}) = {}", erf(x));
             assert!((erf(-x) + want).abs() < 2e-7);
         }
+    }
+
+    /// The fused passes give their parts' results: LayerNorm's bits, GELU's within f32 rounding.
+    #[test]
+    fn fused_passes_equal_their_parts() {
+        let d = 8;
+        let x0: Vec<f32> = (0..3 * d).map(|i| (i as f32 * 0.37).sin() * 3.0).collect();
+        let y: Vec<f32> = (0..3 * d).map(|i| (i as f32 * 0.91).cos()).collect();
+        let bias: Vec<f32> = (0..d).map(|i| i as f32 * 0.1 - 0.3).collect();
+        let (w, b) = (vec![1.5f32; d], vec![0.25f32; d]);
+
+        let mut want = x0.clone();
+        for row in want.chunks_exact_mut(d) {
+            row.iter_mut().zip(&bias).for_each(|(v, c)| *v += c);
+        }
+        gelu_erf_inplace(&mut want);
+        let mut got = x0.clone();
+        bias_gelu_erf_rows(&mut got, Some(&bias));
+        for (g, w) in got.iter().zip(&want) {
+            assert!((g - w).abs() <= 3e-7 * (1.0 + w.abs()), "{g} vs {w}");
+        }
+
+        let mut want = x0.clone();
+        let mut yb = y.clone();
+        for row in yb.chunks_exact_mut(d) {
+            row.iter_mut().zip(&bias).for_each(|(v, c)| *v += c);
+        }
+        want.iter_mut().zip(&yb).for_each(|(v, p)| *v += p);
+        layer_norm_rows(&mut want, &w, &b, 1e-12);
+        let mut got = x0.clone();
+        bias_residual_layer_norm_rows(&mut got, &y, Some(&bias), &w, &b, 1e-12);
+        assert_eq!(got, want);
     }
 
     #[test]
