@@ -6,6 +6,7 @@
 pub mod attention;
 pub mod bandwidth;
 pub mod cpu;
+pub mod gemm;
 mod huge_pages;
 pub mod lora;
 pub mod matmul;

@@ -16,7 +16,9 @@ use crate::cpu::{self, SimdLevel};
 use crate::parallel;
 use crate::quant::GgmlType;
 use crate::quant::dispatch::{self, ROWS};
-use crate::quant::packed::{GROUP_ROWS, GemmFn, MAX_MR as PACKED_MR, PackedMatrix, STREAMS};
+use crate::quant::packed::{
+    GROUP_ROWS, GemmFn, MAX_MR as PACKED_MR, PackedMatrix, STREAMS, offset_quants,
+};
 use crate::quant::tile::{self, ActScales, MAX_MR, MAX_NR, TileTable};
 use std::cell::RefCell;
 use std::ops::Range;
@@ -218,10 +220,16 @@ pub fn matmul_packed_into(
         scratch.act.resize(t * a_row, 0);
     }
     let act = &mut scratch.act[..t * a_row];
+    // Several rows of a type with VNNI kernels take them (one row stays on the streaming GEMV);
+    // their activations are offset to unsigned as they are quantized.
+    let vnni = kern.vnni.as_ref().filter(|_| t > 1 && cpu::avx_vnni());
     parallel::for_rows(t, [&mut *act], &|rows, [part]| {
         let xs = x[rows.start * k..rows.end * k].chunks_exact(k);
         for (xr, ar) in xs.zip(part.chunks_exact_mut(a_row)) {
             p.quantize_activations(xr, ar);
+            if vnni.is_some() {
+                offset_quants(ar);
+            }
         }
     });
     let act = &*act;
@@ -250,7 +258,8 @@ pub fn matmul_packed_into(
             while i < rows.end {
                 let mr = max_mr.min(rows.end - i);
                 let a = act[i * a_row..].as_ptr();
-                // SAFETY: `p` was packed at the Avx2 level, so the CPU runs these kernels; `w`
+                // SAFETY: `p` was packed at the Avx2 level, so the CPU runs these kernels (the
+                // VNNI ones only when `cpu::avx_vnni` said so, their activations offset); `w`
                 // holds group g's `nb` blocks in the form `gemm` reads; rows i..i + mr < t of `act`
                 // are quantized with `nb` blocks each; a full group's outputs (i.., j..j + 8) lie
                 // inside one output part (`Outputs`), at that part's row stride, and only this task
@@ -324,10 +333,11 @@ pub fn matmul_packed_into(
         }
         // A whole number of kernel calls per panel: no short call at each panel's end.
         let panel = ACT_PANEL - ACT_PANEL % kern.max_mr;
+        let gemm = vnni.unwrap_or(&kern.gemm);
         for c0 in (0..t).step_by(panel) {
             let c1 = (c0 + panel).min(t);
             for g in g_range.clone() {
-                run_rows(&kern.gemm, kern.max_mr, p.group(g).as_ptr(), g, c0..c1);
+                run_rows(gemm, kern.max_mr, p.group(g).as_ptr(), g, c0..c1);
             }
         }
     };

@@ -4,6 +4,7 @@
 
 mod attention;
 mod batch_invariance;
+mod gemm;
 mod matmul;
 mod ops;
 mod packed;

@@ -190,3 +190,51 @@ fn split_outputs_hold_the_same_columns_bit_for_bit() {
         }
     }
 }
+
+/// The AVX-VNNI Q8_0 kernels (offset activations, `vpdpbusd`) give the AVX2 kernels' bits, on
+/// random rows and on rows at the quantizer's extremes (every product +-127 x +-127, where a
+/// 16-bit intermediate would saturate), at every row count a kernel call takes.
+#[test]
+fn q8_0_vnni_and_avx2_kernels_agree_bit_for_bit() {
+    if !avx2() || !pagoda_kernels::cpu::avx_vnni() {
+        return;
+    }
+    let (n, k) = (40, 384);
+    let mut wf = data(n * k, 11);
+    // Rows 0-7: all +-1 (each block quantizes to +-127); x's rows alike below.
+    for (i, v) in wf[..8 * k].iter_mut().enumerate() {
+        *v = if (i / 3) % 2 == 0 { 1.0 } else { -1.0 };
+    }
+    let rb = GgmlType::Q8_0.row_bytes(k).unwrap();
+    let mut w = vec![0u8; n * rb];
+    for r in 0..n {
+        quantize_row(
+            GgmlType::Q8_0,
+            &wf[r * k..(r + 1) * k],
+            &mut w[r * rb..(r + 1) * rb],
+        );
+    }
+    let p = PackedMatrix::pack_at(SimdLevel::Avx2, GgmlType::Q8_0, n, k, &w).unwrap();
+    let t = 23;
+    let mut x = data(t * k, 5);
+    for (i, v) in x[..4 * k].iter_mut().enumerate() {
+        *v = if (i / 5) % 3 == 0 { -1.0 } else { 1.0 };
+    }
+    let mut scratch = MatmulScratch::default();
+    let run = |vnni: bool, t: usize, scratch: &mut MatmulScratch| {
+        pagoda_kernels::cpu::set_avx_vnni(vnni);
+        let mut y = vec![0.0f32; t * n];
+        matmul_packed(&p, &x[..t * k], t, &mut y, scratch);
+        y
+    };
+    for t in [2, 3, 4, 5, 23] {
+        let fast = run(true, t, &mut scratch);
+        let plain = run(false, t, &mut scratch);
+        pagoda_kernels::cpu::set_avx_vnni(true);
+        let same = fast
+            .iter()
+            .zip(&plain)
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(same, "t = {t}: the VNNI kernels' bits differ from AVX2's");
+    }
+}

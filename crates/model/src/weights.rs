@@ -9,7 +9,9 @@
 use std::sync::{Arc, OnceLock};
 
 use pagoda_gguf::GgufFile;
+use pagoda_kernels::gemm::{F32Panels, gemm_f32};
 use pagoda_kernels::matmul::{self, MatmulScratch};
+use pagoda_kernels::parallel;
 use pagoda_kernels::quant::packed::{GROUP_ROWS, PackedMatrix};
 use pagoda_kernels::quant::{self, GgmlType};
 
@@ -50,6 +52,9 @@ pub struct Matrix {
     storage: Storage,
     /// The same rows in the matmul kernels' packed layout, when [`Weights::packed`] made one.
     packed: Option<Arc<PackedMatrix>>,
+    /// A float matrix as f32 panels for the blocked f32 GEMM, when [`Weights::packed`] made
+    /// them (weights built [`Weights::with_float_panels`]).
+    panels: Option<Arc<F32Panels>>,
 }
 
 /// Where a matrix's bytes are.
@@ -83,6 +88,8 @@ pub struct Weights {
     file: Arc<GgufFile>,
     /// Where [`Weights::packed`] finds and records packed layouts during the load.
     pack: Arc<PackSession>,
+    /// Whether [`Weights::packed`] turns float matrices into f32 panels.
+    float_panels: bool,
 }
 
 impl Weights {
@@ -95,7 +102,18 @@ impl Weights {
         Self {
             file,
             pack: Arc::new(pack),
+            float_panels: false,
         }
+    }
+
+    /// These weights with [`Weights::packed`] also repacking f32/f16/bf16 matrices into f32
+    /// panels for the blocked f32 GEMM (`pagoda_kernels::gemm`). The encoders take it: their
+    /// exact mode is all float matrices multiplied over many tokens at once. The decoders do
+    /// not: a decode step is one row per sequence, bound by reading the weights, which f32
+    /// panels would make twice as large as f16 ones.
+    pub fn with_float_panels(mut self) -> Self {
+        self.float_panels = true;
+        self
     }
 
     /// Ends the load's use of the pack cache (writing a new file if anything was packed); later
@@ -166,6 +184,7 @@ impl Weights {
             cols,
             storage: Storage::Tensor(index),
             packed: None,
+            panels: None,
         })
     }
 
@@ -219,6 +238,7 @@ impl Weights {
                 cols,
                 storage,
                 packed: None,
+                panels: None,
             },
             bias,
         })
@@ -285,8 +305,19 @@ impl Weights {
             self.with_bytes(m, |w| PackedMatrix::pack(m.ty, m.rows, m.cols, w))
                 .map(Arc::new)
         });
+        let float = matches!(m.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
         match &packed {
             Some(p) => self.pack.record(&m.name, p, hit),
+            None if self.float_panels && float => {
+                let panels = self.with_bytes(m, |w| {
+                    // `row_bytes` succeeded when the matrix was checked.
+                    let rb = m.ty.row_bytes(m.cols).unwrap_or(0);
+                    F32Panels::pack(m.rows, m.cols, |r, out| {
+                        quant::dequantize_row(m.ty, &w[r * rb..(r + 1) * rb], out)
+                    })
+                });
+                l.weight.panels = Some(Arc::new(panels));
+            }
             // The plain kernels will read the rows: copy gathered parts now, not in a step.
             None => {
                 self.bytes(m);
@@ -412,20 +443,37 @@ impl Weights {
         y: &mut [f32],
         scratch: &mut MatmulScratch,
     ) {
+        self.product(l, x, t, y, scratch);
+        let rows = l.weight.rows;
+        if let Some(b) = &l.bias {
+            parallel::for_rows(t, [&mut y[..t * rows]], &|_, [part]| {
+                for row in part.chunks_exact_mut(rows) {
+                    for (v, b) in row.iter_mut().zip(b) {
+                        *v += b;
+                    }
+                }
+            });
+        }
+    }
+
+    /// [`Weights::forward`] without the bias: for a caller that adds it in its next pass over
+    /// the rows (the encoders' fused bias + GELU, bias + residual + LayerNorm).
+    pub fn product(
+        &self,
+        l: &Linear,
+        x: &[f32],
+        t: usize,
+        y: &mut [f32],
+        scratch: &mut MatmulScratch,
+    ) {
         let m = &l.weight;
         debug_assert!(x.len() >= t * m.cols && y.len() >= t * m.rows);
         let y = &mut y[..t * m.rows];
         let x = &x[..t * m.cols];
-        match &m.packed {
-            Some(p) => matmul::matmul_packed(p, x, t, y, scratch),
-            None => matmul::matmul(self.bytes(m), m.ty, m.rows, m.cols, x, t, y, scratch),
-        }
-        if let Some(b) = &l.bias {
-            for row in y.chunks_exact_mut(m.rows) {
-                for (v, b) in row.iter_mut().zip(b) {
-                    *v += b;
-                }
-            }
+        match (&m.packed, &m.panels) {
+            (Some(p), _) => matmul::matmul_packed(p, x, t, y, scratch),
+            (None, Some(p)) => gemm_f32(p, x, t, y),
+            (None, None) => matmul::matmul(self.bytes(m), m.ty, m.rows, m.cols, x, t, y, scratch),
         }
     }
 }

@@ -1,5 +1,6 @@
 //! The row kernels encoders (BERT) use and decoders do not: LayerNorm with a bias and the exact
-//! erf GELU (transformers' `gelu`). Scalar only: an encoder step is dominated by its matmuls.
+//! erf GELU (transformers' `gelu`), and the two fused with the projections' bias adds (and the
+//! residual add) so each is one pass over the rows. Scalar; callers split rows over the pool.
 
 /// `x = (x - mean) / sqrt(var + eps) * w + b` for each row of `w.len()` values (statistics in
 /// f64, as PyTorch's CPU LayerNorm accumulates in a wider type).
@@ -21,6 +22,43 @@ pub fn gelu_erf_inplace(x: &mut [f32]) {
     for v in x {
         let t = *v as f64;
         *v = (0.5 * t * (1.0 + erf(t * std::f64::consts::FRAC_1_SQRT_2))) as f32;
+    }
+}
+
+/// `x = gelu_erf(x + bias)` for each row of `bias.len()` values (`None`: no bias): the up
+/// projection's bias add and the GELU in one pass, in f32 (`gelu_erf.rs`; within 1e-6 of
+/// [`gelu_erf_inplace`]).
+pub fn bias_gelu_erf_rows(x: &mut [f32], bias: Option<&[f32]>) {
+    super::bias_gelu_erf_rows_with(crate::cpu::simd_level(), x, bias);
+}
+
+/// `x = layer_norm(x + (y + bias)) * w + b` for each row of `w.len()` values (`bias: None`, no
+/// bias): a projection's bias add, the residual add and BERT's post-norm in one pass over the
+/// rows, with the bits of the three done apart.
+pub fn bias_residual_layer_norm_rows(
+    x: &mut [f32],
+    y: &[f32],
+    bias: Option<&[f32]>,
+    w: &[f32],
+    b: &[f32],
+    eps: f32,
+) {
+    let n = w.len();
+    debug_assert!(n > 0 && x.len() == y.len() && x.len().is_multiple_of(n));
+    for (xr, yr) in x.chunks_exact_mut(n).zip(y.chunks_exact(n)) {
+        match bias {
+            Some(bias) => {
+                for ((v, &p), &c) in xr.iter_mut().zip(yr).zip(bias) {
+                    *v += p + c;
+                }
+            }
+            None => {
+                for (v, &p) in xr.iter_mut().zip(yr) {
+                    *v += p;
+                }
+            }
+        }
+        layer_norm_rows(xr, w, b, eps);
     }
 }
 
@@ -56,6 +94,38 @@ mod tests {
             assert!((erf(x) - want).abs() < 2e-7, "erf({x}) = {}", erf(x));
             assert!((erf(-x) + want).abs() < 2e-7);
         }
+    }
+
+    /// The fused passes give their parts' results: LayerNorm's bits, GELU's within f32 rounding.
+    #[test]
+    fn fused_passes_equal_their_parts() {
+        let d = 8;
+        let x0: Vec<f32> = (0..3 * d).map(|i| (i as f32 * 0.37).sin() * 3.0).collect();
+        let y: Vec<f32> = (0..3 * d).map(|i| (i as f32 * 0.91).cos()).collect();
+        let bias: Vec<f32> = (0..d).map(|i| i as f32 * 0.1 - 0.3).collect();
+        let (w, b) = (vec![1.5f32; d], vec![0.25f32; d]);
+
+        let mut want = x0.clone();
+        for row in want.chunks_exact_mut(d) {
+            row.iter_mut().zip(&bias).for_each(|(v, c)| *v += c);
+        }
+        gelu_erf_inplace(&mut want);
+        let mut got = x0.clone();
+        bias_gelu_erf_rows(&mut got, Some(&bias));
+        for (g, w) in got.iter().zip(&want) {
+            assert!((g - w).abs() <= 3e-7 * (1.0 + w.abs()), "{g} vs {w}");
+        }
+
+        let mut want = x0.clone();
+        let mut yb = y.clone();
+        for row in yb.chunks_exact_mut(d) {
+            row.iter_mut().zip(&bias).for_each(|(v, c)| *v += c);
+        }
+        want.iter_mut().zip(&yb).for_each(|(v, p)| *v += p);
+        layer_norm_rows(&mut want, &w, &b, 1e-12);
+        let mut got = x0.clone();
+        bias_residual_layer_norm_rows(&mut got, &y, Some(&bias), &w, &b, 1e-12);
+        assert_eq!(got, want);
     }
 
     #[test]

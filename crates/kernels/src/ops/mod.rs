@@ -6,6 +6,7 @@
 mod activation;
 mod arith;
 mod encoder;
+mod gelu_erf;
 mod logits;
 pub(crate) mod math;
 mod norm;
@@ -14,7 +15,10 @@ mod softmax;
 
 pub use activation::{gelu_tanh_mul, gelu_tanh_mul_with, silu_mul, silu_mul_with};
 pub use arith::{add_inplace, add_inplace_with, scale_inplace, scale_inplace_with};
-pub use encoder::{gelu_erf_inplace, layer_norm_rows};
+pub use encoder::{
+    bias_gelu_erf_rows, bias_residual_layer_norm_rows, gelu_erf_inplace, layer_norm_rows,
+};
+pub use gelu_erf::bias_gelu_erf_rows_with;
 pub use logits::{
     count_equal, count_equal_with, count_greater, count_greater_with, exp_into, exp_into_with,
     exp_sum, exp_sum_with, find_greater, find_greater_with, max_ignoring_nan,

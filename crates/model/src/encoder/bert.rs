@@ -2,22 +2,27 @@
 //! checkpoint into): embeddings (token + position + token type 0, LayerNorm), then per layer
 //! `x = LN(x + attn(x))`, `x = LN(x + down(gelu(up(x))))`, attention bidirectional.
 
-use pagoda_kernels::ops::{gelu_erf_inplace, layer_norm_rows};
+use pagoda_kernels::ops::{bias_gelu_erf_rows, bias_residual_layer_norm_rows, layer_norm_rows};
+use pagoda_kernels::parallel;
 
 use super::{EncoderScratch, Shape, key_usize};
 use crate::ModelError;
-use crate::models::rows;
 use crate::weights::{Linear, Matrix, Weights};
 
 struct Layer {
-    q: Linear,
-    k: Linear,
-    v: Linear,
+    /// q, k and v stacked into one matrix when the file allows it (one product over the
+    /// layer's input, its activations quantized once), else the three apart.
+    qkv: Qkv,
     o: Linear,
     attn_norm: (Vec<f32>, Vec<f32>),
     up: Linear,
     down: Linear,
     out_norm: (Vec<f32>, Vec<f32>),
+}
+
+enum Qkv {
+    Stacked(Linear),
+    Apart(Box<[Linear; 3]>),
 }
 
 pub(crate) struct Bert {
@@ -71,13 +76,19 @@ impl Bert {
         let lin = |name: &str, rows, cols| -> Result<Linear, ModelError> {
             Ok(weights.packed(weights.linear(name, rows, cols, true)?))
         };
+        let qkv = |p: &str| -> Result<Qkv, ModelError> {
+            let part = |n: &str| weights.linear(&format!("{p}.attn_{n}"), d, d, true);
+            let (q, k, v) = (part("q")?, part("k")?, part("v")?);
+            Ok(match weights.stacked(&[&q, &k, &v]) {
+                Some(l) => Qkv::Stacked(weights.packed(l)),
+                None => Qkv::Apart(Box::new([q, k, v].map(|l| weights.packed(l)))),
+            })
+        };
         let mut layers = Vec::with_capacity(n_layers);
         for il in 0..n_layers {
             let p = format!("blk.{il}");
             layers.push(Layer {
-                q: lin(&format!("{p}.attn_q"), d, d)?,
-                k: lin(&format!("{p}.attn_k"), d, d)?,
-                v: lin(&format!("{p}.attn_v"), d, d)?,
+                qkv: qkv(&p)?,
                 o: lin(&format!("{p}.attn_output"), d, d)?,
                 attn_norm: norm(&format!("{p}.attn_output_norm"))?,
                 up: lin(&format!("{p}.ffn_up"), ffn_dim, d)?,
@@ -130,7 +141,10 @@ impl Bert {
                 at += 1;
             }
         }
-        layer_norm_rows(&mut x, &self.embd_norm.0, &self.embd_norm.1, c.eps);
+        let (nw, nb) = (&self.embd_norm.0, &self.embd_norm.1);
+        parallel::for_rows(total, [&mut x[..]], &|_, [x]| {
+            layer_norm_rows(x, nw, nb, c.eps)
+        });
 
         let (mut q, mut k, mut v) = (
             vec![0f32; total * d],
@@ -142,24 +156,44 @@ impl Bert {
         let mut hidden = vec![0f32; total * c.ffn_dim];
         let lens: Vec<usize> = seqs.iter().map(|s| s.len()).collect();
         s.attention.plan(&lens);
-        let m = &mut s.forward.matmul;
+        let (m, tmp) = (&mut s.forward.matmul, &mut s.forward.stacked);
         let heads = (c.n_heads, c.n_heads, d / c.n_heads);
         let scale = 1.0 / ((d / c.n_heads) as f32).sqrt();
         for layer in &self.layers {
-            w.forward(&layer.q, &x, total, &mut q, m);
-            w.forward(&layer.k, &x, total, &mut k, m);
-            w.forward(&layer.v, &x, total, &mut v, m);
+            match &layer.qkv {
+                Qkv::Stacked(l) => {
+                    w.forward_split(l, &x, total, &mut [&mut q, &mut k, &mut v], m, tmp)
+                }
+                Qkv::Apart(parts) => {
+                    let [lq, lk, lv] = &**parts;
+                    w.forward(lq, &x, total, &mut q, m);
+                    w.forward(lk, &x, total, &mut k, m);
+                    w.forward(lv, &x, total, &mut v, m);
+                }
+            }
             s.attention
                 .attend(heads, scale, None, &q, &k, &v, &mut attn);
-            w.forward(&layer.o, &attn, total, &mut proj, m);
-            rows::add(&mut x, &proj, total);
-            layer_norm_rows(&mut x, &layer.attn_norm.0, &layer.attn_norm.1, c.eps);
-            w.forward(&layer.up, &x, total, &mut hidden, m);
-            gelu_erf_inplace(&mut hidden);
-            w.forward(&layer.down, &hidden, total, &mut proj, m);
-            rows::add(&mut x, &proj, total);
-            layer_norm_rows(&mut x, &layer.out_norm.0, &layer.out_norm.1, c.eps);
+            w.product(&layer.o, &attn, total, &mut proj, m);
+            residual_norm(&mut x, &proj, &layer.o, &layer.attn_norm, c.eps);
+            w.product(&layer.up, &x, total, &mut hidden, m);
+            let bias = layer.up.bias.as_deref();
+            parallel::for_rows(total, [&mut hidden[..]], &|_, [h]| {
+                bias_gelu_erf_rows(h, bias);
+            });
+            w.product(&layer.down, &hidden, total, &mut proj, m);
+            residual_norm(&mut x, &proj, &layer.down, &layer.out_norm, c.eps);
         }
         x
     }
+}
+
+/// `x = LN(x + proj + bias of l)` in one pass per run of rows (the bias add, the residual add
+/// and the post-norm), split over the pool.
+fn residual_norm(x: &mut [f32], proj: &[f32], l: &Linear, norm: &(Vec<f32>, Vec<f32>), eps: f32) {
+    let d = norm.0.len();
+    let bias = l.bias.as_deref();
+    parallel::for_rows(x.len() / d, [x], &|r, [x]| {
+        let y = &proj[r.start * d..r.end * d];
+        bias_residual_layer_norm_rows(x, y, bias, &norm.0, &norm.1, eps);
+    });
 }

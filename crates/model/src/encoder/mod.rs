@@ -90,7 +90,7 @@ impl Encoder {
             .get_str("general.architecture")?
             .unwrap_or_default()
             .to_owned();
-        let weights = Weights::new(Arc::clone(&file));
+        let weights = Weights::new(Arc::clone(&file)).with_float_panels();
         let stack = match arch.as_str() {
             "bert" => Stack::Bert(Bert::load(&weights)?),
             "gemma-embedding" => Stack::Gemma(Gemma::load(&weights)?),

@@ -89,7 +89,7 @@ pub struct ForwardScratch {
     selected: Vec<f32>,
     /// A stacked projection's `[t][rows]` output when it cannot be written in parts
     /// (`Weights::forward_split` on a matrix without packed kernels).
-    stacked: Vec<f32>,
+    pub(crate) stacked: Vec<f32>,
     /// RoPE angles of the batch's positions, `[t][pairs]` cos then sin, for the global and
     /// (Gemma 3) sliding-window bases: computed once per step, used by every layer.
     pub(crate) rope_angles: [RopeAngles; 2],

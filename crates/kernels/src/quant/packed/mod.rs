@@ -110,6 +110,9 @@ pub(crate) struct PackedKernels {
     pub gemm: [GemmFn; MAX_MR],
     /// The multi-stream one-row kernel, for the types where it reads faster.
     pub gemv: Option<GemvFn>,
+    /// AVX-VNNI kernels for 1..=MAX_MR rows (`crate::cpu::avx_vnni`), reading activation
+    /// blocks whose quants [`offset_quants`] moved to unsigned; the same bits as `gemm`.
+    pub vnni: Option<[GemmFn; MAX_MR]>,
     /// Most rows per call worth taking: where 4 rows' state spills out of the 16 registers
     /// (the K-quants, and Q4_1 with its rotated rows), 3 rows per call do more work per cycle.
     pub max_mr: usize,
@@ -130,6 +133,17 @@ pub(crate) fn kernels(ty: GgmlType) -> Option<&'static PackedKernels> {
         GgmlType::Q4_K => Some(&q4_k::KERNELS),
         GgmlType::Q6_K => Some(&q6_k::KERNELS),
         _ => None,
+    }
+}
+
+/// Flips the sign bit of every quant of a row of Q8_0 activation blocks (34 bytes: f16 d, 32
+/// i8): `q ^ 0x80 == q + 128` as u8, the unsigned operand `vpdpbusd` multiplies, and the
+/// VNNI kernels take `128 * sum(w)` back off.
+pub(crate) fn offset_quants(row: &mut [u8]) {
+    for b in row.chunks_exact_mut(34) {
+        for q in &mut b[2..] {
+            *q ^= 0x80;
+        }
     }
 }
 

@@ -33,6 +33,7 @@ pub(super) static KERNELS: PackedKernels = PackedKernels {
     pack_group,
     gemm: [gemm::<1>, gemm::<2>, gemm::<3>, gemm::<4>],
     gemv: None,
+    vnni: None,
     max_mr: 3,
     unpacked: None,
     reference,

@@ -21,6 +21,12 @@ pub(super) static KERNELS: PackedKernels = PackedKernels {
     pack_group,
     gemm: [gemm::<1>, gemm::<2>, gemm::<3>, gemm::<4>],
     gemv: Some(gemv::<{ super::STREAMS }>),
+    vnni: Some([
+        gemm_vnni::<1>,
+        gemm_vnni::<2>,
+        gemm_vnni::<3>,
+        gemm_vnni::<4>,
+    ]),
     max_mr: 4,
     unpacked: None,
     reference,
@@ -93,6 +99,54 @@ unsafe fn gemm<const MR: usize>(
                 let dy = _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(dy as i32)));
                 acc[i] =
                     _mm256_fmadd_ps(_mm256_mul_ps(dx, dy), _mm256_cvtepi32_ps(isum[i]), acc[i]);
+            }
+        }
+        for i in 0..MR {
+            _mm256_storeu_ps(y.add(i * ldy), acc[i]);
+        }
+    }
+}
+
+/// [`gemm`] with AVX-VNNI, over activation quants offset to unsigned (`super::offset_quants`):
+/// `vpdpbusd` sums 4 products of u8 `y + 128` and i8 `q` into each i32 lane with no 16-bit
+/// intermediate to saturate, one instruction where `gemm` spends four per 32 products; the
+/// `128 * sum(q)` it adds is summed once per chunk for all rows (`vpdpbusd` of 0x80 bytes) and
+/// taken off per block. That leaves each row's block sum the exact integer `gemm` computes,
+/// and the f32 operations after it are `gemm`'s, so the bits are too.
+///
+/// # Safety
+/// [`super::GemmFn`]'s contract with AVX-VNNI as well, and activations offset as above.
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+unsafe fn gemm_vnni<const MR: usize>(
+    w: *const u8,
+    nb: usize,
+    a: *const u8,
+    a_row: usize,
+    y: *mut f32,
+    ldy: usize,
+) {
+    unsafe {
+        let offset = _mm256_set1_epi8(0x80u8 as i8);
+        let mut acc = [_mm256_setzero_ps(); MR];
+        for ib in 0..nb {
+            let g = w.add(ib * GROUP_BYTES);
+            let ab = a.add(ib * BLOCK);
+            let mut isum = [_mm256_setzero_si256(); MR];
+            let mut bias = _mm256_setzero_si256();
+            for c in 0..8 {
+                let q = _mm256_loadu_si256(g.add(16 + 32 * c) as *const __m256i);
+                bias = _mm256_dpbusd_avx_epi32(bias, offset, q);
+                for i in 0..MR {
+                    let y4 = (ab.add(i * a_row + 2 + 4 * c) as *const i32).read_unaligned();
+                    isum[i] = _mm256_dpbusd_avx_epi32(isum[i], _mm256_set1_epi32(y4), q);
+                }
+            }
+            let dx = _mm256_cvtph_ps(_mm_loadu_si128(g as *const __m128i));
+            for i in 0..MR {
+                let dy = (ab.add(i * a_row) as *const u16).read_unaligned();
+                let dy = _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(dy as i32)));
+                let isum = _mm256_sub_epi32(isum[i], bias);
+                acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(dx, dy), _mm256_cvtepi32_ps(isum), acc[i]);
             }
         }
         for i in 0..MR {
