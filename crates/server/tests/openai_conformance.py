@@ -12,11 +12,13 @@ Usage: openai_conformance.py --base-url http://127.0.0.1:PORT/v1
 """
 
 import argparse
+import io
 import json
 import math
 import sys
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import openai
@@ -614,22 +616,33 @@ def main():
     c = Ctx(args)
     failures = []
     start = time.monotonic()
-    for fn in CHECKS:
-        if args.only and args.only not in fn.__name__:
-            continue
+
+    def run(fn):
+        # Output is collected per check and printed in order below: the checks are independent
+        # (each makes its own requests), so they run at once and the server batches them.
+        out = io.StringIO()
         t0 = time.monotonic()
         try:
             fn(c)
-            print(f"PASS {fn.__name__} ({time.monotonic() - t0:.2f}s)", flush=True)
+            print(f"PASS {fn.__name__} ({time.monotonic() - t0:.2f}s)", file=out)
+            return out.getvalue(), None
         except Skip as e:
-            print(f"SKIP {fn.__name__}: {e}", flush=True)
+            print(f"SKIP {fn.__name__}: {e}", file=out)
+            return out.getvalue(), None
         except Failed as e:
-            print(f"FAIL {fn.__name__}: {e}", flush=True)
-            failures.append((fn.__name__, str(e)))
+            print(f"FAIL {fn.__name__}: {e}", file=out)
+            return out.getvalue(), (fn.__name__, str(e))
         except Exception as e:  # an unexpected exception is a failure too, with its trace
-            print(f"FAIL {fn.__name__}: {type(e).__name__}: {e}", flush=True)
-            traceback.print_exc()
-            failures.append((fn.__name__, f"{type(e).__name__}: {e}"))
+            print(f"FAIL {fn.__name__}: {type(e).__name__}: {e}", file=out)
+            traceback.print_exc(file=out)
+            return out.getvalue(), (fn.__name__, f"{type(e).__name__}: {e}")
+
+    chosen = [fn for fn in CHECKS if not args.only or args.only in fn.__name__]
+    with ThreadPoolExecutor(max_workers=max(1, len(chosen))) as pool:
+        for text, failure in pool.map(run, chosen):
+            print(text, end="", flush=True)
+            if failure:
+                failures.append(failure)
     total = time.monotonic() - start
     if failures:
         print(f"\n{len(failures)} check(s) FAILED ({total:.1f}s):", flush=True)

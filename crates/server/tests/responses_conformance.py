@@ -13,9 +13,11 @@ Usage: responses_conformance.py --base-url http://127.0.0.1:PORT/v1 --model NAME
 """
 
 import argparse
+import io
 import json
 import sys
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 
 import openai
 
@@ -227,15 +229,26 @@ def main():
     args = p.parse_args()
     c = Ctx(args)
     failed = []
-    for fn in CHECKS:
+
+    def run(fn):
+        # The checks are independent (each makes its own requests): they run at once, the
+        # server batches them, and each one's output is printed in order below.
+        out = io.StringIO()
         try:
             fn(c)
-            print(f"ok    {fn.__name__}")
+            print(f"ok    {fn.__name__}", file=out)
+            return out.getvalue(), None
         except Exception as e:  # noqa: BLE001 - report every failure
-            failed.append(fn.__name__)
-            print(f"FAIL  {fn.__name__}: {e}")
+            print(f"FAIL  {fn.__name__}: {e}", file=out)
             if not isinstance(e, Failed):
-                traceback.print_exc()
+                traceback.print_exc(file=out)
+            return out.getvalue(), fn.__name__
+
+    with ThreadPoolExecutor(max_workers=len(CHECKS)) as pool:
+        for text, failure in pool.map(run, CHECKS):
+            print(text, end="", flush=True)
+            if failure:
+                failed.append(failure)
     print(f"{len(CHECKS) - len(failed)}/{len(CHECKS)} checks passed (openai {openai.__version__})")
     sys.exit(1 if failed else 0)
 
