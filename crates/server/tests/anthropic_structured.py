@@ -113,24 +113,35 @@ def tool_inputs(r):
 @check
 def strict_tool_input_always_validates(c):
     asks = ["What's the forecast for Paris?", "Will it rain in Oslo this week? Use fahrenheit."]
-    called = 0
-    for ask in asks:
-        for choice in ({"type": "auto"}, {"type": "any"}):
-            r = c.client.messages.create(tools=[FORECAST], tool_choice=choice, **c.kw(
-                {"messages": [{"role": "user", "content": ask}], "max_tokens": 80}))
-            inputs = tool_inputs(r)
-            if choice["type"] == "any":
-                expect(inputs, f"no tool_use under any: {r.content!r}")
-            for i in inputs:
-                jsonschema.validate(i, FORECAST["input_schema"])
-                called += 1
-    expect(called >= len(asks), f"only {called} calls")
+    cases = [(ask, choice) for ask in asks for choice in ({"type": "auto"}, {"type": "any"})]
+
+    def ask_one(case):
+        ask, choice = case
+        return choice, c.client.messages.create(tools=[FORECAST], tool_choice=choice, **c.kw(
+            {"messages": [{"role": "user", "content": ask}], "max_tokens": 80}))
+
     # Streamed: the joined input_json_delta pieces are the input, and it validates.
-    with c.client.messages.stream(tools=[FORECAST], tool_choice={"type": "any"}, **c.kw(
-            {"messages": [{"role": "user", "content": asks[0]}]})) as s:
-        pieces = [e.delta.partial_json for e in s
-                  if e.type == "content_block_delta" and e.delta.type == "input_json_delta"]
-        final = s.get_final_message()
+    def stream_one():
+        with c.client.messages.stream(tools=[FORECAST], tool_choice={"type": "any"}, **c.kw(
+                {"messages": [{"role": "user", "content": asks[0]}]})) as s:
+            pieces = [e.delta.partial_json for e in s
+                      if e.type == "content_block_delta" and e.delta.type == "input_json_delta"]
+            return pieces, s.get_final_message()
+
+    # The five requests are independent: sent at once, the server decodes them in one batch.
+    with ThreadPoolExecutor(max_workers=len(cases) + 1) as pool:
+        streamed = pool.submit(stream_one)
+        replies = list(pool.map(ask_one, cases))
+        pieces, final = streamed.result()
+    called = 0
+    for choice, r in replies:
+        inputs = tool_inputs(r)
+        if choice["type"] == "any":
+            expect(inputs, f"no tool_use under any: {r.content!r}")
+        for i in inputs:
+            jsonschema.validate(i, FORECAST["input_schema"])
+            called += 1
+    expect(called >= len(asks), f"only {called} calls")
     [inp] = tool_inputs(final)
     expect(json.loads("".join(pieces)) == inp, f"{pieces!r} vs {inp!r}")
     jsonschema.validate(inp, FORECAST["input_schema"])
