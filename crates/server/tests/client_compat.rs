@@ -242,7 +242,10 @@ async fn two_streamed_calls_join_to_the_non_streamed_arguments() {
                "structured_outputs": {"regex": regex}})
     };
     let url = s.url("/v1/chat/completions");
-    let (st, whole) = post(&c, &url, &body(false)).await;
+    // Both at once: greedy outputs do not depend on the batch, and the two share one decode.
+    let (plain, streamed) = (body(false), body(true));
+    let ((st, whole), (stream_status, events)) =
+        tokio::join!(post(&c, &url, &plain), post_stream(&c, &url, &streamed));
     assert_eq!(st, 200, "{whole}");
     assert_eq!(
         whole["choices"][0]["finish_reason"], "tool_calls",
@@ -266,8 +269,7 @@ async fn two_streamed_calls_join_to_the_non_streamed_arguments() {
         })
         .collect();
     assert_eq!(want.len(), 2, "{whole}");
-    let (st, events) = post_stream(&c, &url, &body(true)).await;
-    assert_eq!(st, 200);
+    assert_eq!(stream_status, 200);
     let mut calls: Vec<(String, String, String, usize)> = Vec::new();
     let mut finish = None;
     for ch in chunks(&events) {
