@@ -10,6 +10,7 @@ mod convert;
 mod error;
 mod matrix_bytes;
 mod peft;
+mod prompts;
 mod quantization;
 mod safetensors;
 mod sentence_transformers;

@@ -1,8 +1,9 @@
 //! A sentence-transformers directory's modules after the transformer (`modules.json`): the
 //! pooling (`1_Pooling/config.json`), optional `Dense` projections with their own safetensors
-//! and `Normalize`, plus `sentence_bert_config.json`'s `max_seq_length`. Written into the GGUF
-//! as llama.cpp's `{arch}.pooling_type` and pagoda's `pagoda.embedding.*` keys and `dense.{i}.*`
-//! tensors, so the encoder reads them the way it reads everything else.
+//! and `Normalize`, plus `sentence_bert_config.json`'s `max_seq_length` and the prompts
+//! (`prompts.rs`). Written into the GGUF as llama.cpp's `{arch}.pooling_type` and pagoda's
+//! `pagoda.embedding.*` keys and `dense.{i}.*` tensors, so the encoder reads them the way it
+//! reads everything else.
 
 use std::path::Path;
 
@@ -32,6 +33,9 @@ struct PoolingConfig {
     pooling_mode_mean_tokens: bool,
     #[serde(default)]
     pooling_mode_lasttoken: bool,
+    /// Whether a prompt's tokens count in the pooling (sentence-transformers' default).
+    #[serde(default = "yes")]
+    include_prompt: bool,
 }
 
 #[derive(Deserialize)]
@@ -73,6 +77,7 @@ pub fn add_modules(
     let mut pooling = POOLING_MEAN;
     let mut normalize = false;
     let mut dense = 0usize;
+    let mut include_prompt = true;
     let modules_path = dir.join("modules.json");
     let modules: Vec<Module> = if modules_path.is_file() {
         read_json(&modules_path)?
@@ -86,6 +91,7 @@ pub fn add_modules(
             "Transformer" => {}
             "Pooling" => {
                 let c: PoolingConfig = read_json(&mdir.join("config.json"))?;
+                include_prompt = c.include_prompt;
                 pooling = match (
                     c.pooling_mode_mean_tokens,
                     c.pooling_mode_cls_token,
@@ -183,5 +189,14 @@ pub fn add_modules(
         MetaValue::U32(max_seq as u32),
     );
     out.kv("pagoda.embedding.dense_count", MetaValue::U32(dense as u32));
+    if !include_prompt {
+        // The pooling leaves a prompt's tokens out, which pagoda's does not do: a server
+        // refuses prompts for such a model rather than pool them in.
+        out.kv(
+            "pagoda.embedding.pooling_include_prompt",
+            MetaValue::Bool(false),
+        );
+    }
+    crate::prompts::add_prompts(out, crate::prompts::read_prompts(dir)?);
     Ok(())
 }

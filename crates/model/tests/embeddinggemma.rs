@@ -104,17 +104,13 @@ fn embeddinggemma_matches_a_numpy_forward_pass() {
     println!("long input against the unwindowed reference: cosine distance {off:e}");
     assert!(off > 1e-3, "the sliding window changed nothing ({off})");
 
-    // Alone, an input's embedding does not depend on the batch it ran in (a short sentence, a
+    // Alone, an input's embedding is bit for bit the one it got packed with inputs of other
+    // lengths (a short sentence, a
     // Japanese one and the long input: running all thirteen alone again doubled the test's time).
     for i in [0, 6, long] {
         let got = &batch[i];
         let alone = exact.embed(&[seqs[i]], &mut scratch).unwrap();
-        let diff = alone[0]
-            .iter()
-            .zip(got)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0.0, f32::max);
-        assert!(diff <= 1e-6, "input {i}: batch vs alone differ by {diff}");
+        assert!(alone[0] == *got, "input {i}: f32 batch vs alone differ");
     }
 
     // Paraphrases and translations are closer than unrelated sentences.
@@ -155,4 +151,9 @@ fn embeddinggemma_matches_a_numpy_forward_pass() {
         .fold(0.0, f64::max);
     println!("q8_0: worst cosine distance {worst:e}");
     assert!(worst <= 5e-3, "q8_0 cosine distance {worst}");
+    // The same bits alone in q8_0 too (two short inputs: the long one alone costs a second).
+    for i in [0, 6] {
+        let alone = q8.embed(&[seqs[i]], &mut scratch).unwrap();
+        assert!(alone[0] == got[i], "input {i}: q8_0 batch vs alone differ");
+    }
 }

@@ -1,7 +1,8 @@
 //! all-MiniLM-L6-v2 (BERT, mean pooling, L2 normalisation) from its sentence-transformers
 //! directory: embeddings within 1e-4 cosine distance of an independent numpy forward pass
-//! (tests/bert_reference.py) on sentences in several languages, the same whether the
-//! sentences run in one batch or alone, and matching sentences closer than unrelated ones.
+//! (tests/bert_reference.py) on sentences in several languages, the same bits whether the
+//! sentences run in one batch or alone (f32 and q8_0), and matching sentences closer than
+//! unrelated ones.
 //! The model is fetched on demand (`scripts/fetch-models.sh minilm`).
 #![allow(clippy::unwrap_used)]
 
@@ -78,17 +79,10 @@ fn minilm_matches_a_numpy_forward_pass() {
         );
         let norm: f32 = dot(got, got).sqrt();
         assert!((norm - 1.0).abs() < 1e-5, "sentence {i}: norm {norm}");
-        // Alone, the sentence's embedding does not depend on the batch it ran in.
+        // Alone, the sentence's embedding is bit for bit the one it got packed with eleven
+        // others of other lengths (batch invariance: no padding, per-row products).
         let alone = exact.embed(&[seqs[i]], &mut scratch).unwrap();
-        let diff = alone[0]
-            .iter()
-            .zip(got)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0.0, f32::max);
-        assert!(
-            diff <= 1e-6,
-            "sentence {i}: batch vs alone differ by {diff}"
-        );
+        assert!(alone[0] == *got, "sentence {i}: f32 batch vs alone differ");
     }
 
     // Paraphrases and translations are closer than unrelated sentences.
@@ -122,4 +116,13 @@ fn minilm_matches_a_numpy_forward_pass() {
         .fold(0.0, f64::max);
     println!("q8_0: worst cosine distance {worst:e}");
     assert!(worst <= 2e-3, "q8_0 cosine distance {worst}");
+    // Packed or alone, the same bits in q8_0 too (activations are quantized per row): an
+    // English and a Japanese sentence.
+    for i in [0, 6] {
+        let alone = q8.embed(&[seqs[i]], &mut scratch).unwrap();
+        assert!(
+            alone[0] == got[i],
+            "sentence {i}: q8_0 batch vs alone differ"
+        );
+    }
 }

@@ -2,6 +2,7 @@
 //! engine logic of its own; errors reach the user as one line and a non-zero exit.
 
 mod chat;
+mod embed;
 mod engine_args;
 mod generate;
 mod model_path;
@@ -45,6 +46,9 @@ enum Command {
     Chat(chat::ChatArgs),
     /// Perplexity of a model over a text file, and KL divergence against a saved base run.
     Perplexity(perplexity::PerplexityArgs),
+    /// Embed texts (one a line, from files or standard input) with a sentence-transformers
+    /// model, written as JSONL or a NumPy .npy file.
+    Embed(embed::EmbedArgs),
 }
 
 fn main() {
@@ -52,7 +56,7 @@ fn main() {
     // served) show by default, the rest only on warnings.
     let generating = matches!(
         std::env::args().nth(1).as_deref(),
-        Some("generate" | "chat" | "perplexity")
+        Some("generate" | "chat" | "perplexity" | "embed")
     );
     let default_filter = if generating {
         "warn"
@@ -96,6 +100,7 @@ fn main() {
         Command::Bench(args) => pagoda_bench::run(args),
         Command::Chat(args) => chat::run(args),
         Command::Perplexity(args) => perplexity::run(args),
+        Command::Embed(args) => embed::run(args),
     };
     if let Err(e) = result {
         // `{:#}` prints the whole context chain on one line: "loading model: file X: ...".

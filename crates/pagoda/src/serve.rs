@@ -142,6 +142,11 @@ pub struct ServeArgs {
     /// Seconds received KV that no request claimed is kept.
     #[arg(long, env = "PAGODA_KV_TRANSFER_TTL", default_value_t = 60.0)]
     kv_transfer_ttl: f64,
+    /// Embedding models: most tokens one forward pass runs (TEI's flag). A request with more
+    /// is cut into several passes, and short requests go between them, so a query does not
+    /// wait for a whole document batch.
+    #[arg(long, env = "PAGODA_MAX_BATCH_TOKENS", default_value_t = pagoda_server::model::embedder::DEFAULT_MAX_BATCH_TOKENS)]
+    max_batch_tokens: usize,
     #[command(flatten)]
     engine: EngineArgs,
 }
@@ -177,6 +182,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         });
     }
     let path = model_path::resolve(args.model.clone())?;
+    if args.max_batch_tokens == 0 {
+        anyhow::bail!("--max-batch-tokens must be at least 1");
+    }
     if !(args.shutdown_timeout.is_finite() && args.shutdown_timeout >= 0.0) {
         anyhow::bail!("--shutdown-timeout must be a number of seconds >= 0");
     }
@@ -218,6 +226,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         reasoning_parser: args.reasoning_parser,
         chat_template,
         quantization: args.engine.quantization()?,
+        max_batch_tokens: args.max_batch_tokens,
         kv_events: match &args.kv_events_config {
             Some(json) => pagoda_kv_events::KvEventsConfig::parse(json)?,
             None => None,

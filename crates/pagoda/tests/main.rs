@@ -5,6 +5,7 @@
 mod chat;
 mod cli;
 mod deploy_manifests;
+mod embed_cli;
 mod kv_disk_restart;
 mod perplexity;
 mod serve_logs;

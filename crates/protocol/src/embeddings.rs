@@ -28,6 +28,10 @@ pub struct EmbeddingRequest {
     /// (`-1`: the model's maximum).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub truncate_prompt_tokens: Option<i64>,
+    /// sentence-transformers: the model's prompt (`config_sentence_transformers.json`) put
+    /// before each text, by name (`query`, `document`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_name: Option<String>,
     /// Keys not listed above, kept so the server can name them in its 400.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -43,6 +47,7 @@ impl EmbeddingRequest {
         "dimensions",
         "user",
         "truncate_prompt_tokens",
+        "prompt_name",
     ];
 }
 

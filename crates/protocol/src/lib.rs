@@ -16,6 +16,7 @@ pub mod error;
 pub mod models;
 pub mod responses;
 pub mod sse;
+pub mod tei;
 pub mod tokenize;
 
 pub use chat::{
@@ -98,6 +99,12 @@ mod fields_tests {
         all_known(TokenizeRequest::FIELDS, json!({}), |r: &TokenizeRequest| {
             &r.extra
         });
+        let tei = json!({"inputs": "x"});
+        all_known(
+            tei::TeiEmbedRequest::FIELDS,
+            tei,
+            |r: &tei::TeiEmbedRequest| &r.extra,
+        );
         let detok = json!({"tokens": []});
         all_known(DetokenizeRequest::FIELDS, detok, |r: &DetokenizeRequest| {
             &r.extra

@@ -55,6 +55,9 @@ pub struct ServerConfig {
     pub response_store_max_age: Duration,
     /// What a Hugging Face checkpoint's matrices are quantized to at load.
     pub quantization: pagoda_hf::Quantization,
+    /// An embedding model's forward passes take at most this many tokens (`--max-batch-tokens`,
+    /// TEI's name); bigger requests are cut into several passes, so short ones fit between.
+    pub max_batch_tokens: usize,
     /// Publish KV cache events over ZeroMQ (`--kv-events-config`, docs/scale-out.md).
     pub kv_events: Option<pagoda_kv_events::KvEventsConfig>,
     /// LoRA adapters: the ones loaded at start-up and how many are kept.
@@ -87,6 +90,7 @@ impl Default for ServerConfig {
             response_store_entries: 1024,
             response_store_max_age: Duration::from_secs(3600),
             quantization: pagoda_hf::Quantization::default(),
+            max_batch_tokens: crate::model::embedder::DEFAULT_MAX_BATCH_TOKENS,
             kv_events: None,
             lora: crate::model::loras::LoraConfig::default(),
             unknown_fields: Default::default(),

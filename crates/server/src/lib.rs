@@ -75,6 +75,7 @@ pub fn app(state: AppState) -> Router {
         )
         .route("/v1/models", get(api::openai::models::models))
         .route("/v1/embeddings", post(api::openai::embeddings::embeddings))
+        .route("/embed", post(api::tei::embed::embed))
         .route("/tokenize", post(api::vllm::tokenize::tokenize))
         .route("/detokenize", post(api::vllm::tokenize::detokenize));
     let api = if state.config().lora.runtime_updates {

@@ -143,7 +143,11 @@ impl AppState {
             return Err(LoadError::AlreadyLoaded);
         }
         if pagoda_hf::is_encoder_dir(path) {
-            let mut e = Embedder::load(path, self.0.config.quantization)?;
+            let mut e = Embedder::load(
+                path,
+                self.0.config.quantization,
+                self.0.config.max_batch_tokens,
+            )?;
             e.model_path = path.display().to_string();
             tracing::info!(
                 dim = e.dim,

@@ -1,7 +1,8 @@
 //! `/v1/embeddings` on EmbeddingGemma-300M (fetched on demand, in-situ q8_0 as served by
 //! default): `/v1/models`' task and length, Matryoshka `dimensions: 256` (the full vector cut
 //! and re-normalised, matching sentences still closest), and a length it was not trained for
-//! refused with the ones it was.
+//! refused with the ones it was; sentence-transformers' prompts by `prompt_name`; TEI's
+//! `/embed` (the same vectors, `normalize: false`, its error shape and statuses).
 #![allow(clippy::unwrap_used)]
 
 use crate::common;
@@ -104,4 +105,80 @@ async fn matryoshka_dimensions() {
     assert_eq!(s, 400, "{body}");
     let msg = body["error"]["message"].as_str().unwrap_or_default();
     assert!(msg.contains("[768, 512, 256, 128]"), "{msg}");
+
+    // sentence-transformers' prompts, carried from config_sentence_transformers.json: the
+    // `query` prompt is its text put before the input.
+    let text = "How do I reset my password?";
+    let (s, named) = post(
+        &server,
+        json!({"model": m, "input": text, "prompt_name": "query"}),
+    )
+    .await;
+    assert_eq!(s, 200, "{named}");
+    let (s, spelled) = post(
+        &server,
+        json!({"model": m, "input": format!("task: search result | query: {text}")}),
+    )
+    .await;
+    assert_eq!(s, 200, "{spelled}");
+    assert_eq!(vectors(&named), vectors(&spelled));
+    assert_ne!(vectors(&named)[0], full[0], "the prompt changed nothing");
+    let (s, body) = post(
+        &server,
+        json!({"model": m, "input": text, "prompt_name": "questions"}),
+    )
+    .await;
+    assert_eq!(s, 400, "{body}");
+    assert_eq!(body["error"]["param"], "prompt_name", "{body}");
+    let msg = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("query") && msg.contains("document"), "{msg}");
+
+    // TEI's /embed: an array of arrays, the same vectors as /v1/embeddings (both normalise),
+    // prompt_name and dimensions through the same rules.
+    let srv = &server;
+    let tei = |body: Value| async move {
+        let resp = client()
+            .post(srv.url("/embed"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.json::<Value>().await.unwrap())
+    };
+    let floats = |v: &Value| -> Vec<Vec<f32>> { serde_json::from_value(v.clone()).unwrap() };
+    let (s, one) = tei(json!({"inputs": input[0]})).await;
+    assert_eq!(s, 200, "{one}");
+    assert_eq!(floats(&one), [full[0].clone()]);
+    let (s, named_tei) = tei(json!({"inputs": [text], "prompt_name": "query"})).await;
+    assert_eq!(s, 200, "{named_tei}");
+    assert_eq!(floats(&named_tei), vectors(&named));
+    let (s, cut_tei) = tei(json!({"inputs": input, "dimensions": 256})).await;
+    assert_eq!(s, 200, "{cut_tei}");
+    assert_eq!(floats(&cut_tei), cut);
+    // normalize: false gives the model's vector before its Normalize module.
+    let (s, raw) = tei(json!({"inputs": input[0], "normalize": false})).await;
+    assert_eq!(s, 200, "{raw}");
+    let raw = &floats(&raw)[0];
+    let norm = dot(raw, raw).sqrt();
+    assert!((norm - 1.0).abs() > 1e-3, "norm {norm}");
+    for (a, b) in raw.iter().zip(&full[0]) {
+        assert!((a / norm - b).abs() < 1e-6);
+    }
+    // Errors in TEI's shape and statuses.
+    for (body, status, kind) in [
+        (json!({"inputs": ""}), 400, "empty"),
+        (json!({"inputs": "x", "dimensions": 100}), 413, "validation"),
+        (
+            json!({"inputs": "x", "prompt_name": "questions"}),
+            413,
+            "validation",
+        ),
+        (json!({"inputs": 5}), 422, "validation"),
+    ] {
+        let (s, v) = tei(body.clone()).await;
+        assert_eq!(s, status, "{body} -> {v}");
+        assert_eq!(v["error_type"], kind, "{body} -> {v}");
+        assert!(v["error"].is_string(), "{body} -> {v}");
+    }
 }

@@ -1,7 +1,9 @@
 //! `/v1/embeddings` against all-MiniLM-L6-v2 (fetched on demand): every input form, base64,
 //! `dimensions`, `truncate_prompt_tokens`, the errors, `/v1/models`' task, concurrent requests
-//! sharing forward passes, and the official `openai` client's `embeddings.create`. One server
-//! for the whole binary.
+//! sharing forward passes, a short query answered between the steps of a long batch, and the
+//! official `openai` client's `embeddings.create`; TEI's `/embed` truncation (its 413, `truncate`
+//! from either end) and `prompt_name` on a model without prompts. One server for the whole
+//! binary.
 #![allow(clippy::unwrap_used)]
 
 use crate::common;
@@ -86,6 +88,7 @@ async fn embeddings_endpoint() {
         small_setup(),
         ServerConfig {
             quantization: pagoda_hf::Quantization::None,
+            max_batch_tokens: 512,
             ..config()
         },
     );
@@ -198,6 +201,11 @@ async fn embeddings_endpoint() {
             "truncate_prompt_tokens",
             "256",
         ),
+        (
+            json!({"model": m, "input": "x", "prompt_name": "query"}),
+            "prompt_name",
+            "no prompts",
+        ),
     ] {
         let (s, v) = post(&server, "/v1/embeddings", body.clone()).await;
         assert_eq!(s, 400, "{body} -> {v}");
@@ -228,14 +236,30 @@ async fn embeddings_endpoint() {
         message(&v).contains("302") && message(&v).contains("256"),
         "{v}"
     );
-    let (s, v) = post(
+    let (s, v_last) = post(
         &server,
         "/v1/embeddings",
-        json!({"model": m, "input": [long], "truncate_prompt_tokens": 256}),
+        json!({"model": m, "input": [long.clone()], "truncate_prompt_tokens": 256}),
     )
     .await;
-    assert_eq!(s, 200, "{v}");
-    assert_eq!(v["usage"]["prompt_tokens"], 256);
+    assert_eq!(s, 200, "{v_last}");
+    assert_eq!(v_last["usage"]["prompt_tokens"], 256);
+    // TEI's /embed: 413 in its shape, unless `truncate` keeps the first tokens (or the last,
+    // with `truncation_direction: Left`, as truncate_prompt_tokens did).
+    let (s, v) = post(&server, "/embed", json!({"inputs": [long.clone()]})).await;
+    assert_eq!(s, 413, "{v}");
+    assert_eq!(v["error_type"], "validation", "{v}");
+    assert!(v["error"].as_str().unwrap().contains("`truncate`"), "{v}");
+    let (s, left) = post(
+        &server,
+        "/embed",
+        json!({"inputs": [long.clone()], "truncate": true, "truncation_direction": "Left"}),
+    )
+    .await;
+    assert_eq!(s, 200, "{left}");
+    assert_eq!(left[0].as_array().unwrap().len(), 384);
+    let last: Vec<f32> = serde_json::from_value(left[0].clone()).unwrap();
+    assert_eq!(last, vector(&v_last, 0));
 
     // Generation endpoints refuse: this model serves embeddings.
     let (s, v) = post(
@@ -275,6 +299,51 @@ async fn embeddings_endpoint() {
     assert!(
         passes < 24.0,
         "{passes} passes for 24 concurrent requests: none were batched"
+    );
+
+    // A long batch is cut into steps of --max-batch-tokens (512 here: two of its 250-token
+    // inputs a step); a short query sent while it runs goes into the next step and is
+    // answered while the batch still has steps to go.
+    let doc = "The river rose through the night, and by morning the old stone bridge stood \
+               alone in a wide brown lake. "
+        .repeat(20);
+    let passes_before = metric(&server, "pagoda:embedding_forward_passes_total").await;
+    let long_body = json!({"model": m, "input": vec![doc; 16], "truncate_prompt_tokens": 250});
+    let long_url = server.url("/v1/embeddings");
+    let long = tokio::spawn(async move {
+        let resp = client()
+            .post(long_url)
+            .json(&long_body)
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        let v: Value = resp.json().await.unwrap();
+        (status, v, std::time::Instant::now())
+    });
+    // Wait for its first step, so that the query finds the batch running.
+    while metric(&server, "pagoda:embedding_forward_passes_total").await == passes_before {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let (s, short) = post(
+        &server,
+        "/v1/embeddings",
+        json!({"model": m, "input": "hello world"}),
+    )
+    .await;
+    let short_done = std::time::Instant::now();
+    assert_eq!(s, 200, "{short}");
+    assert_eq!(
+        vector(&short, 0),
+        hello,
+        "run beside the batch, the same vector"
+    );
+    let (s, long, long_done) = long.await.unwrap();
+    assert_eq!(s, 200, "{long}");
+    assert_eq!(long["usage"]["prompt_tokens"], 16 * 250);
+    assert!(
+        short_done < long_done,
+        "the short query waited for the whole batch"
     );
 
     // The official client.

@@ -42,6 +42,13 @@ pub struct EncoderConfig {
     /// Lengths a vector may be cut to (a Matryoshka model's, the full one included); empty
     /// when the model was not trained for it.
     pub matryoshka_dimensions: Vec<usize>,
+    /// sentence-transformers' prompts: a name and the text put before an input.
+    pub prompts: Vec<(String, String)>,
+    /// The prompt an input gets when its request names none.
+    pub default_prompt_name: Option<String>,
+    /// False when the model's pooling leaves a prompt's tokens out (which `embed` does not
+    /// do): prompts are then not to be used.
+    pub prompt_in_pooling: bool,
 }
 
 /// The transformer part of an encoder's shape, as its stack reads it.
@@ -140,6 +147,34 @@ impl Encoder {
                 reason: format!("{bad} is not a length from 1 to the output's {dim}"),
             });
         }
+        let names = file.get_str_array("pagoda.embedding.prompt_names")?;
+        let texts = file.get_str_array("pagoda.embedding.prompts")?;
+        let prompts: Vec<(String, String)> = match (names, texts) {
+            (None, None) => Vec::new(),
+            (Some(n), Some(t)) if n.len() == t.len() => {
+                n.iter().cloned().zip(t.iter().cloned()).collect()
+            }
+            _ => {
+                return Err(ModelError::BadKey {
+                    key: "pagoda.embedding.prompts".into(),
+                    reason: "not one text for each of pagoda.embedding.prompt_names".into(),
+                });
+            }
+        };
+        let default_prompt_name = file
+            .get_str("pagoda.embedding.default_prompt_name")?
+            .map(str::to_owned);
+        if let Some(name) = &default_prompt_name
+            && !prompts.iter().any(|(n, _)| n == name)
+        {
+            return Err(ModelError::BadKey {
+                key: "pagoda.embedding.default_prompt_name".into(),
+                reason: format!("{name:?} is not one of the prompts"),
+            });
+        }
+        let prompt_in_pooling = file
+            .get_bool("pagoda.embedding.pooling_include_prompt")?
+            .unwrap_or(true);
         Ok(Self {
             config: EncoderConfig {
                 vocab_size: shape.vocab_size,
@@ -154,6 +189,9 @@ impl Encoder {
                 normalize,
                 output_dim: dim,
                 matryoshka_dimensions,
+                prompts,
+                default_prompt_name,
+                prompt_in_pooling,
             },
             weights,
             stack,
@@ -165,9 +203,24 @@ impl Encoder {
         &self.config
     }
 
-    /// One embedding per sequence, all sequences in one forward pass. Each sequence must be
-    /// non-empty, at most `max_seq_len` tokens, of ids in the vocabulary.
+    /// One embedding per sequence, all sequences in one forward pass, L2-normalised when the
+    /// model says so. Each sequence must be non-empty, at most `max_seq_len` tokens, of ids in
+    /// the vocabulary.
     pub fn embed(
+        &self,
+        seqs: &[&[u32]],
+        scratch: &mut EncoderScratch,
+    ) -> Result<Vec<Vec<f32>>, ModelError> {
+        let mut out = self.embed_unnormalized(seqs, scratch)?;
+        if self.config.normalize {
+            out.iter_mut().for_each(|v| l2_normalize(v));
+        }
+        Ok(out)
+    }
+
+    /// [`Encoder::embed`] before the final normalisation, for a caller that chooses it per
+    /// request (TEI's `normalize`).
+    pub fn embed_unnormalized(
         &self,
         seqs: &[&[u32]],
         scratch: &mut EncoderScratch,
@@ -210,10 +263,6 @@ impl Encoder {
             w.forward(l, &pooled, n, &mut y, &mut scratch.forward.matmul);
             (pooled, dim) = (y, l.weight.rows);
         }
-        let mut out: Vec<Vec<f32>> = pooled.chunks_exact(dim).map(<[f32]>::to_vec).collect();
-        if c.normalize {
-            out.iter_mut().for_each(|v| l2_normalize(v));
-        }
-        Ok(out)
+        Ok(pooled.chunks_exact(dim).map(<[f32]>::to_vec).collect())
     }
 }

@@ -1,9 +1,10 @@
 //! Stage 2, each API's dialect: its endpoints, how its request joins the chat path (messages,
 //! tools, constraints) and how a generation's outputs become its wire shape. OpenAI's Chat,
-//! Completions and Embeddings, Anthropic's Messages, OpenAI's Responses, vLLM's extras.
+//! Completions and Embeddings, Anthropic's Messages, OpenAI's Responses, vLLM's extras, text-embeddings-inference's `/embed`.
 
 pub mod anthropic;
 pub mod ids;
 pub mod openai;
 pub mod responses;
+pub mod tei;
 pub mod vllm;

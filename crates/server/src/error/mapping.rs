@@ -40,6 +40,31 @@ impl ValidationError {
     }
 }
 
+impl ValidationError {
+    /// [`ValidationError::to_api_error`] with text-embeddings-inference's status (`/embed`):
+    /// 400 for an empty input, 422 for a body that is not the JSON it takes, 413 for every
+    /// other refusal (TEI's "validation" errors).
+    pub fn to_tei_error(&self) -> ApiError {
+        let mut e = self.to_api_error();
+        e.status = match self {
+            Self::Empty { .. } => StatusCode::BAD_REQUEST,
+            Self::Body { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::ModelNotFound { .. } | Self::NotFound { .. } => e.status,
+            _ => StatusCode::PAYLOAD_TOO_LARGE,
+        };
+        e
+    }
+}
+
+/// A body rejection (`http/body.rs`, in OpenAI's terms) with TEI's status: 422 for JSON it
+/// cannot read, as TEI's extractor answers.
+pub fn tei_body_error(mut e: ApiError) -> ApiError {
+    if e.status == StatusCode::BAD_REQUEST {
+        e.status = StatusCode::UNPROCESSABLE_ENTITY;
+    }
+    e
+}
+
 impl From<ValidationError> for ApiError {
     fn from(e: ValidationError) -> Self {
         if let ValidationError::Constraint { .. } = &e {

@@ -39,6 +39,9 @@ impl WireRequest for pagoda_protocol::TokenizeRequest {
 impl WireRequest for pagoda_protocol::EmbeddingRequest {
     const MINIMAL: &'static str = r#"{"model":"m","input":"i"}"#;
 }
+impl WireRequest for pagoda_protocol::tei::TeiEmbedRequest {
+    const MINIMAL: &'static str = r#"{"inputs":"i"}"#;
+}
 impl WireRequest for pagoda_protocol::DetokenizeRequest {
     const MINIMAL: &'static str = r#"{"tokens":[]}"#;
 }

@@ -1,7 +1,8 @@
 //! The embedding side of the server: an encoder model on its own thread, `pagoda-embedder`,
-//! that batches every request waiting when it is free into one forward pass (an encoder keeps
-//! no KV, so it needs none of the decoder engine's paging: only batching). Requests hand their
-//! token sequences over a channel and await their vectors on a oneshot.
+//! that packs the inputs of every waiting request into forward passes (steps) under a token
+//! budget (an encoder keeps no KV, so it needs none of the decoder engine's paging: only
+//! batching; `embed_steps.rs` picks each step's inputs). Requests hand their token sequences
+//! over a channel and await their vectors on a oneshot.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -9,14 +10,35 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 
 use pagoda_frontend::HfTokenizer;
+use pagoda_model::encoder::{l2_normalize, truncate_normalized};
 use pagoda_model::{Encoder, EncoderScratch};
 use tokio::sync::oneshot;
 
+use crate::model::embed_steps::{Waiting, plan};
 use crate::model::loader::LoadError;
 
-/// Tokens one forward pass takes at most; more waiting requests go in the next pass (a single
-/// request larger than this still runs, alone).
-const PASS_TOKEN_BUDGET: usize = 16 * 1024;
+/// `--max-batch-tokens`' default: enough rows for the encoder's products to run at full speed
+/// (they reach it from a few hundred), few enough that a step of long documents takes well
+/// under a second for MiniLM on two cores, the most a query can wait for a step to end.
+pub const DEFAULT_MAX_BATCH_TOKENS: usize = 2048;
+
+/// A checked embedding request (`prepare/embed.rs::check` makes it): the token sequences the
+/// batcher runs and how its vectors are shaped.
+#[derive(Debug)]
+pub struct EmbedJob {
+    pub seqs: Vec<Vec<u32>>,
+    /// Cut each vector to this length (a Matryoshka length of the model).
+    pub dimensions: Option<usize>,
+    /// L2-normalise each vector (after the cut).
+    pub normalize: bool,
+}
+
+impl EmbedJob {
+    /// Tokens of all inputs, for usage.
+    pub fn tokens(&self) -> usize {
+        self.seqs.iter().map(Vec::len).sum()
+    }
+}
 
 struct Job {
     seqs: Vec<Vec<u32>>,
@@ -42,8 +64,14 @@ pub struct Embedder {
     pub dim: usize,
     /// Lengths `dimensions` may ask for (a Matryoshka model's); empty: `dimensions` is refused.
     pub matryoshka: Vec<usize>,
-    /// Whether vectors are L2-normalised (and so re-normalised after truncation).
+    /// Whether the model's vectors are L2-normalised (its Normalize module): the default of a
+    /// request that does not say.
     pub normalize: bool,
+    /// sentence-transformers' prompts (name, text), the default one's name, and whether they
+    /// may be used (`EncoderConfig::prompt_in_pooling`).
+    pub prompts: Vec<(String, String)>,
+    pub default_prompt_name: Option<String>,
+    pub prompt_in_pooling: bool,
     pub vocab_size: usize,
     pub stats: Arc<EmbedderStats>,
     /// The checkpoint directory, for `/v1/models` `root`.
@@ -51,8 +79,13 @@ pub struct Embedder {
 }
 
 impl Embedder {
-    /// Converts the sentence-transformers checkpoint at `dir` and starts its thread.
-    pub fn load(dir: &Path, quantization: pagoda_hf::Quantization) -> Result<Self, LoadError> {
+    /// Converts the sentence-transformers checkpoint at `dir` and starts its thread, which
+    /// runs at most `max_batch_tokens` tokens a step (one longer input runs alone).
+    pub fn load(
+        dir: &Path,
+        quantization: pagoda_hf::Quantization,
+        max_batch_tokens: usize,
+    ) -> Result<Self, LoadError> {
         let open_err = |message: String| LoadError::Open {
             path: dir.display().to_string(),
             message,
@@ -67,7 +100,7 @@ impl Embedder {
         let thread_stats = Arc::clone(&stats);
         std::thread::Builder::new()
             .name("pagoda-embedder".into())
-            .spawn(move || run(encoder, rx, &thread_stats))?;
+            .spawn(move || run(encoder, rx, &thread_stats, max_batch_tokens.max(1)))?;
         Ok(Self {
             tx,
             tokenizer,
@@ -75,15 +108,34 @@ impl Embedder {
             dim: c.output_dim,
             matryoshka: c.matryoshka_dimensions,
             normalize: c.normalize,
+            prompts: c.prompts,
+            default_prompt_name: c.default_prompt_name,
+            prompt_in_pooling: c.prompt_in_pooling,
             vocab_size: c.vocab_size,
             stats,
             model_path: dir.display().to_string(),
         })
     }
 
-    /// The vectors of `seqs` (each checked by the caller against `max_seq_len` and the
-    /// vocabulary), computed together with whatever other requests are waiting.
-    pub async fn embed(&self, seqs: Vec<Vec<u32>>) -> Result<Vec<Vec<f32>>, String> {
+    /// The vectors of a checked request, cut to its `dimensions` and normalised as it asks.
+    pub async fn vectors(&self, job: EmbedJob) -> Result<Vec<Vec<f32>>, String> {
+        let mut vectors = self.embed(job.seqs).await?;
+        for v in &mut vectors {
+            match job.dimensions {
+                Some(d) => truncate_normalized(v, d, job.normalize),
+                None if job.normalize => l2_normalize(v),
+                None => {}
+            }
+        }
+        Ok(vectors)
+    }
+
+    /// The unnormalised vectors of `seqs` (each checked against `max_seq_len` and the
+    /// vocabulary), computed in steps shared with whatever other requests are waiting.
+    async fn embed(&self, seqs: Vec<Vec<u32>>) -> Result<Vec<Vec<f32>>, String> {
+        if seqs.is_empty() {
+            return Ok(Vec::new());
+        }
         let (reply, rx) = oneshot::channel();
         self.tx
             .send(Job { seqs, reply })
@@ -93,54 +145,97 @@ impl Embedder {
     }
 }
 
-/// The batcher: waits for a job, takes every job already waiting (up to the token budget),
-/// runs them as one forward pass and answers each.
-fn run(encoder: Encoder, rx: mpsc::Receiver<Job>, stats: &EmbedderStats) {
-    let mut scratch = EncoderScratch::default();
-    let mut pending: Option<Job> = None;
-    loop {
-        let first = match pending.take() {
-            Some(j) => j,
-            None => match rx.recv() {
-                Ok(j) => j,
-                Err(_) => return, // the server dropped the embedder
-            },
-        };
-        let mut tokens: usize = first.seqs.iter().map(Vec::len).sum();
-        let mut jobs = vec![first];
-        while let Ok(j) = rx.try_recv() {
-            let t: usize = j.seqs.iter().map(Vec::len).sum();
-            if tokens + t > PASS_TOKEN_BUDGET {
-                pending = Some(j);
-                break;
-            }
-            tokens += t;
-            jobs.push(j);
+/// A request being embedded: its vectors so far and where it stands.
+struct Active {
+    job: Job,
+    lens: Vec<usize>,
+    /// The vectors so far: as many as inputs ran, so its length is the next input's index.
+    done: Vec<Vec<f32>>,
+    passed_over: bool,
+}
+
+impl Active {
+    fn new(job: Job) -> Self {
+        Self {
+            lens: job.seqs.iter().map(Vec::len).collect(),
+            done: Vec::with_capacity(job.seqs.len()),
+            job,
+            passed_over: false,
         }
-        let seqs: Vec<&[u32]> = jobs
+    }
+}
+
+/// The batcher: waits for a request, then runs steps until none is left, taking the requests
+/// that arrived in between into each next step's plan.
+fn run(encoder: Encoder, rx: mpsc::Receiver<Job>, stats: &EmbedderStats, budget: usize) {
+    let mut scratch = EncoderScratch::default();
+    let mut active: Vec<Active> = Vec::new();
+    loop {
+        if active.is_empty() {
+            match rx.recv() {
+                Ok(j) => active.push(Active::new(j)),
+                Err(_) => return, // the server dropped the embedder
+            }
+        }
+        while let Ok(j) = rx.try_recv() {
+            active.push(Active::new(j));
+        }
+        // A client that went away needs no more steps.
+        active.retain(|a| !a.job.reply.is_closed());
+        if active.is_empty() {
+            continue;
+        }
+        let waiting: Vec<Waiting> = active
             .iter()
-            .flat_map(|j| j.seqs.iter().map(Vec::as_slice))
+            .map(|a| Waiting {
+                lens: &a.lens[a.done.len()..],
+                passed_over: a.passed_over,
+            })
+            .collect();
+        let take = plan(&waiting, budget);
+        let seqs: Vec<&[u32]> = active
+            .iter()
+            .zip(&take)
+            .flat_map(|(a, &n)| {
+                let from = a.done.len();
+                a.job.seqs[from..from + n].iter().map(Vec::as_slice)
+            })
             .collect();
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            encoder.embed(&seqs, &mut scratch)
+            encoder.embed_unnormalized(&seqs, &mut scratch)
         }));
         stats.passes.fetch_add(1, Ordering::Relaxed);
         stats.inputs.fetch_add(seqs.len() as u64, Ordering::Relaxed);
-        match result {
-            Ok(Ok(mut vectors)) => {
-                // Hand each job its own vectors, in order.
-                let mut rest = vectors.drain(..);
-                for j in jobs {
-                    let mine: Vec<Vec<f32>> = rest.by_ref().take(j.seqs.len()).collect();
-                    let _ = j.reply.send(Ok(mine));
+        let failure = match result {
+            Ok(Ok(vectors)) => {
+                // Each request gets its own vectors, in order.
+                let mut rest = vectors.into_iter();
+                for (a, &n) in active.iter_mut().zip(&take) {
+                    a.done.extend(rest.by_ref().take(n));
+                    a.passed_over = n == 0;
                 }
+                None
             }
-            Ok(Err(e)) => jobs.into_iter().for_each(|j| {
-                let _ = j.reply.send(Err(e.to_string()));
-            }),
-            Err(_) => jobs.into_iter().for_each(|j| {
-                let _ = j.reply.send(Err("the encoder panicked".to_owned()));
-            }),
+            Ok(Err(e)) => Some(e.to_string()),
+            Err(_) => Some("the encoder panicked".to_owned()),
+        };
+        // Answer the requests that are complete, or whose inputs were in a failed step.
+        let mut i = 0;
+        let mut k = 0;
+        while i < active.len() {
+            let in_step = take[k] > 0;
+            k += 1;
+            let complete = active[i].done.len() == active[i].lens.len();
+            if complete || (in_step && failure.is_some()) {
+                let a = active.remove(i);
+                let answer = match &failure {
+                    Some(e) if in_step => Err(e.clone()),
+                    _ => Ok(a.done),
+                };
+                let _ = a.job.reply.send(answer);
+            } else {
+                i += 1;
+            }
         }
     }
 }

@@ -1,6 +1,7 @@
 //! What the server has loaded: the model (opened, converted, warmed) and its engine, the LoRA
 //! adapters, and the embedding batcher an encoder model runs on.
 
+mod embed_steps;
 pub mod embedder;
 pub mod loader;
 pub mod loras;

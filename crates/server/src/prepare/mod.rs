@@ -5,6 +5,7 @@
 pub mod blocking;
 pub mod chat_prompt;
 pub mod constraints;
+pub mod embed;
 pub mod field_policy;
 pub mod kv_transfer;
 pub mod tools;

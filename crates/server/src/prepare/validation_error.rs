@@ -121,13 +121,15 @@ pub enum ValidationError {
     },
     /// An input longer than the model takes.
     #[error(
-        "`{field}` #{index} has {tokens} tokens, more than the model's maximum of {max}; shorten it, or set `truncate_prompt_tokens` to keep the last ones"
+        "`{field}` #{index} has {tokens} tokens, more than the model's maximum of {max}; shorten it, or {truncate_hint}"
     )]
     TooLong {
         field: &'static str,
         index: usize,
         tokens: usize,
         max: usize,
+        /// How a client of the API called asks for truncation.
+        truncate_hint: &'static str,
     },
     /// An endpoint of another task than the one the loaded model serves.
     #[error("this model serves {serves}; {endpoint} is not available")]
