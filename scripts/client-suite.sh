@@ -69,7 +69,7 @@ start_pagoda() { # model path -> root URL of a ready server
   "$PAGODA" serve --model "$1" --port "$port" > "/tmp/client-suite-pagoda-$port.log" 2>&1 &
   pids+=("$!")
   for _ in $(seq 600); do
-    if curl -sf "http://127.0.0.1:$port/health" > /dev/null; then echo "http://127.0.0.1:$port"; return; fi
+    if curl -sf "http://127.0.0.1:$port/ready" > /dev/null; then echo "http://127.0.0.1:$port"; return; fi
     sleep 0.5
   done
   echo "pagoda on $1 did not become ready; see /tmp/client-suite-pagoda-$port.log" >&2; exit 1
