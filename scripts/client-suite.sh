@@ -64,12 +64,14 @@ cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-start_pagoda() { # model path -> root URL of a ready server
+started=""
+start_pagoda() { # model path -> $started, the root URL of a ready server (not in a subshell, so
+  # that its pid reaches the cleanup)
   local port; port="$(free_port)"
   "$PAGODA" serve --model "$1" --port "$port" > "/tmp/client-suite-pagoda-$port.log" 2>&1 &
   pids+=("$!")
   for _ in $(seq 600); do
-    if curl -sf "http://127.0.0.1:$port/ready" > /dev/null; then echo "http://127.0.0.1:$port"; return; fi
+    if curl -sf "http://127.0.0.1:$port/ready" > /dev/null; then started="http://127.0.0.1:$port"; return; fi
     sleep 0.5
   done
   echo "pagoda on $1 did not become ready; see /tmp/client-suite-pagoda-$port.log" >&2; exit 1
@@ -77,8 +79,8 @@ start_pagoda() { # model path -> root URL of a ready server
 if [ -z "$base" ] || { [ -z "$embed" ] && [ "$embed_wanted" = 1 ]; }; then
   [ -x "$PAGODA" ] || { echo "no pagoda binary at $PAGODA: cargo build --release -p pagoda" >&2; exit 1; }
 fi
-[ -n "$base" ] || base="$(start_pagoda "$CHAT_MODEL")"
-if [ -z "$embed" ] && [ "$embed_wanted" = 1 ]; then embed="$(start_pagoda "$EMBED_MODEL")"; fi
+if [ -z "$base" ]; then start_pagoda "$CHAT_MODEL"; base="$started"; fi
+if [ -z "$embed" ] && [ "$embed_wanted" = 1 ]; then start_pagoda "$EMBED_MODEL"; embed="$started"; fi
 
 args=(--base-url "$base")
 [ -n "$embed" ] && args+=(--embed-base-url "$embed")
