@@ -92,7 +92,14 @@ fn a_full_queue_rejects_at_once() {
 fn a_slow_reader_is_cut_off() {
     let mut core = engine(64, 4, config(), false);
     core.executor_mut().step_delay = Some(Duration::from_millis(2));
-    let h = EngineHandle::start(core, HandleOptions { output_buffer: 4 }).unwrap();
+    let h = EngineHandle::start(
+        core,
+        HandleOptions {
+            output_buffer: 4,
+            ..HandleOptions::default()
+        },
+    )
+    .unwrap();
     let mut slow = h.add_request(request(0, (0..10).collect(), 200)).unwrap();
     let mut fast = h.add_request(request(0, (20..30).collect(), 50)).unwrap();
     let mut n = 0;

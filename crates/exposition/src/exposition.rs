@@ -2,9 +2,10 @@
 //! Prometheus text format 0.0.4; families may also be exported under alias names (the
 //! server's `--metrics-compat vllm`), written after all the others.
 
-use prometheus_client::encoding::prometheus_text;
+use prometheus_client::encoding::{EncodeMetric, MetricEncoder, prometheus_text};
 use prometheus_client::metrics::MetricType;
-use prometheus_client::registry::{Metric, Registry};
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
 
 use crate::scraped::{Labels, Scraped, Value};
 
@@ -18,12 +19,39 @@ pub type Aliases = fn(&str) -> Vec<String>;
 /// The families of one scrape, in the order added. A registry per scrape, not per process:
 /// which families exist depends on what is loaded (speculative decoding, the disk tier,
 /// tenants), several servers and routers share a test process, and registering a hundred
-/// families costs microseconds.
+/// families costs microseconds. A family added again under the same name (the same metric of
+/// another model) gains series rather than a second `# TYPE` line, which scrapers refuse.
 #[derive(Debug, Default)]
 pub struct Exposition {
-    registry: Registry,
-    aliased: Registry,
+    families: Vec<Family>,
     aliases: Option<Aliases>,
+}
+
+/// One exported family: every series added under its name.
+#[derive(Debug)]
+struct Family {
+    name: String,
+    help: String,
+    kind: MetricType,
+    scraped: Option<Scraped>,
+    histograms: Histograms,
+}
+
+/// Live histograms of one family, each with its labels.
+#[derive(Clone, Debug, Default)]
+struct Histograms(Vec<(Labels, Histogram)>);
+
+impl EncodeMetric for Histograms {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        for (labels, h) in &self.0 {
+            h.encode(encoder.encode_family(labels)?)?;
+        }
+        Ok(())
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
 }
 
 impl Exposition {
@@ -39,28 +67,31 @@ impl Exposition {
         }
     }
 
-    /// `m` under `name` and its aliases. An alias reads the same metric, so a request that
-    /// finishes between the two writes shows only in the second.
-    fn metric<M: Metric + Clone>(&mut self, name: &str, help: &str, kind: MetricType, m: M) {
-        for n in self.names(name) {
-            let target = if n == name {
-                &mut self.registry
-            } else {
-                &mut self.aliased
-            };
-            // prometheus-client adds a counter's `_total` and a period to the help.
-            let base = match kind {
-                MetricType::Counter => n.strip_suffix("_total").unwrap_or(&n),
-                _ => &n,
-            };
-            target.register(base, help.strip_suffix('.').unwrap_or(help), m.clone());
-        }
+    /// The family `name`, created on first use.
+    fn family(&mut self, name: &str, help: &str, kind: MetricType) -> &mut Family {
+        let i = match self.families.iter().position(|f| f.name == name) {
+            Some(i) => i,
+            None => {
+                self.families.push(Family {
+                    name: name.to_owned(),
+                    help: help.to_owned(),
+                    kind,
+                    scraped: None,
+                    histograms: Histograms::default(),
+                });
+                self.families.len() - 1
+            }
+        };
+        &mut self.families[i]
     }
 
-    /// A family read now.
+    /// A family read now (more series, if the name was added before).
     pub fn scraped(&mut self, name: &str, help: &str, family: Scraped) {
-        let kind = family.kind();
-        self.metric(name, help, kind, family);
+        let f = self.family(name, help, family.kind());
+        match &mut f.scraped {
+            Some(s) => s.extend(family),
+            None => f.scraped = Some(family),
+        }
     }
 
     /// A counter of one series. Like every name here, `name` is the exported one: a counter's
@@ -74,18 +105,45 @@ impl Exposition {
         self.scraped(name, help, Scraped::gauges([(labels, v.into())]));
     }
 
-    /// A live histogram under `name`.
-    pub fn histogram(&mut self, name: &str, help: &str, h: &crate::Histogram) {
-        self.metric(name, help, MetricType::Histogram, h.clone());
+    /// A live histogram under `name`, with no labels.
+    pub fn histogram(&mut self, name: &str, help: &str, h: &Histogram) {
+        self.labelled_histogram(name, help, Vec::new(), h);
+    }
+
+    /// A live histogram under `name` with `labels` (one series of the family per label set).
+    pub fn labelled_histogram(&mut self, name: &str, help: &str, labels: Labels, h: &Histogram) {
+        let f = self.family(name, help, MetricType::Histogram);
+        f.histograms.0.push((labels, h.clone()));
     }
 
     /// The text of every family, the aliased copies last.
     pub fn encode(&self) -> String {
+        let mut registry = Registry::default();
+        let mut aliased = Registry::default();
+        for f in &self.families {
+            for n in self.names(&f.name) {
+                let target = if n == f.name {
+                    &mut registry
+                } else {
+                    &mut aliased
+                };
+                // prometheus-client adds a counter's `_total` and a period to the help.
+                let base = match f.kind {
+                    MetricType::Counter => n.strip_suffix("_total").unwrap_or(&n),
+                    _ => &n,
+                };
+                let help = f.help.strip_suffix('.').unwrap_or(&f.help);
+                match &f.scraped {
+                    Some(s) => target.register(base, help, s.clone()),
+                    None => target.register(base, help, f.histograms.clone()),
+                }
+            }
+        }
         let mut out = String::with_capacity(16 << 10);
         // Writing to a String cannot fail; an encoder error would leave the text cut short,
         // which a scraper reports, rather than a failed scrape.
-        let _ = prometheus_text::encode(&mut out, &self.registry);
-        let _ = prometheus_text::encode(&mut out, &self.aliased);
+        let _ = prometheus_text::encode(&mut out, &registry);
+        let _ = prometheus_text::encode(&mut out, &aliased);
         out
     }
 
@@ -100,8 +158,33 @@ impl Exposition {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_family_added_per_model_is_one_family_with_a_series_each() {
+        let mut e = Exposition::new();
+        let h = Histogram::new([0.1, 1.0]);
+        h.observe(0.5);
+        for m in ["a", "b"] {
+            let label = vec![("model_name", m.to_owned())];
+            e.gauge("p:running", "Running.", label.clone(), 1u64);
+            e.labelled_histogram("p:latency_seconds", "Latency.", label, &h);
+        }
+        let text = e.encode();
+        assert_eq!(text.matches("# TYPE p:running gauge").count(), 1, "{text}");
+        assert_eq!(
+            text.matches("# TYPE p:latency_seconds histogram").count(),
+            1
+        );
+        assert!(text.contains("p:running{model_name=\"a\"} 1"), "{text}");
+        assert!(text.contains("p:running{model_name=\"b\"} 1"));
+        assert!(
+            text.contains("p:latency_seconds_bucket{model_name=\"b\",le=\"1\"} 1"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn names_types_and_values_are_written_as_exported() {

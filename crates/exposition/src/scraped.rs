@@ -87,6 +87,11 @@ impl Scraped {
     pub(crate) fn kind(&self) -> MetricType {
         self.kind
     }
+
+    /// Appends `other`'s series (the same family, another model's or replica's series).
+    pub(crate) fn extend(&mut self, other: Scraped) {
+        self.series.extend(other.series);
+    }
 }
 
 impl EncodeMetric for Scraped {

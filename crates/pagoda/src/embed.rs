@@ -69,8 +69,13 @@ pub fn run(args: EmbedArgs) -> anyhow::Result<()> {
     let quantization = pagoda_hf::Quantization::from_name(&args.quantization)
         .with_context(|| format!("--quantization {}", args.quantization))?;
     let lines = read_lines(&args.files)?;
-    let embedder = Embedder::load(&args.model, quantization, args.max_batch_tokens)
-        .with_context(|| format!("cannot load {}", args.model.display()))?;
+    let embedder = Embedder::load(
+        &args.model,
+        quantization,
+        args.max_batch_tokens,
+        Default::default(),
+    )
+    .with_context(|| format!("cannot load {}", args.model.display()))?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .context("cannot start the async runtime")?;

@@ -143,6 +143,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
             output_buffer: args.max_tokens as usize + 16,
             quantization: args.engine.quantization()?,
             kv_events: None,
+            turns: None,
         },
     )
     .with_context(|| format!("cannot load model {}", path.display()))?;

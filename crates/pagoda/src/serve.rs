@@ -10,6 +10,7 @@ use anyhow::Context;
 use clap::Args;
 use pagoda_core::config::parse_size;
 use pagoda_frontend::{ReasoningParser, ToolParserChoice};
+use pagoda_server::model::registry::ModelSpec;
 use pagoda_server::{AppState, ServerConfig};
 
 use crate::engine_args::EngineArgs;
@@ -18,9 +19,38 @@ use crate::model_path;
 #[derive(Args)]
 pub struct ServeArgs {
     /// GGUF model file, or a Hugging Face checkpoint directory (config.json, *.safetensors,
-    /// tokenizer.json) [default: Qwen2.5-Coder-0.5B-Instruct Q4_K_M in $PAGODA_MODEL_DIR]
-    #[arg(long, env = "PAGODA_MODEL")]
-    model: Option<PathBuf>,
+    /// tokenizer.json); repeat it to serve several models, each under its file's name (the
+    /// first is the default and loads at start-up, the others on their first request)
+    /// [default: Qwen2.5-Coder-0.5B-Instruct Q4_K_M in $PAGODA_MODEL_DIR]
+    #[arg(long, env = "PAGODA_MODEL", value_delimiter = ',')]
+    model: Vec<PathBuf>,
+    /// Also serve every GGUF file and checkpoint directory in DIR (found again on SIGHUP),
+    /// loaded on their first request.
+    #[arg(long, env = "PAGODA_MODELS_DIR", value_name = "DIR")]
+    models_dir: Option<PathBuf>,
+    /// Models (ids) loaded at start-up besides the default one.
+    #[arg(long, value_delimiter = ',', value_name = "ID")]
+    preload: Vec<String>,
+    /// Memory all loaded models may take, weights + KV + scratch, e.g. 12GiB; the least
+    /// recently used idle model is unloaded to make room [default: available memory - 2 GiB].
+    #[arg(long, env = "PAGODA_MODELS_MEMORY")]
+    models_memory: Option<String>,
+    /// Most models loaded at once (0: as many as --models-memory holds).
+    #[arg(long, env = "PAGODA_MAX_LOADED_MODELS", default_value_t = 0)]
+    max_loaded_models: usize,
+    /// How long an idle model stays loaded (Ollama's keep_alive: `5m`, `30s`, `0`; -1: until
+    /// memory is short); a request's `keep_alive` overrides it for its model.
+    #[arg(
+        long,
+        env = "PAGODA_KEEP_ALIVE",
+        default_value = "-1",
+        allow_hyphen_values = true
+    )]
+    keep_alive: String,
+    /// With API keys set, `POST /models/load` and `/models/unload` need this key (and are
+    /// refused without it).
+    #[arg(long, env = "PAGODA_ADMIN_API_KEY", hide_env_values = true)]
+    admin_api_key: Option<String>,
     /// Address to listen on.
     #[arg(long, env = "PAGODA_HOST", default_value = "127.0.0.1")]
     host: String,
@@ -181,7 +211,23 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             counters: Default::default(),
         });
     }
-    let path = model_path::resolve(args.model.clone())?;
+    let paths = match args.model.as_slice() {
+        [] => vec![model_path::resolve(None)?],
+        given => given
+            .iter()
+            .map(|p| model_path::resolve(Some(p.clone())))
+            .collect::<anyhow::Result<Vec<_>>>()?,
+    };
+    let path = paths[0].clone();
+    // Several generation models share the single-model KV default, split evenly, unless
+    // --kv-cache-memory sets each one's pool.
+    let generators = paths
+        .iter()
+        .filter(|p| !pagoda_hf::is_encoder_dir(p))
+        .count() as u64;
+    if setup.kv_cache_memory.is_none() && generators > 1 {
+        setup.kv_cache_memory = Some(pagoda_core::config::default_kv_budget() / generators);
+    }
     if args.max_batch_tokens == 0 {
         anyhow::bail!("--max-batch-tokens must be at least 1");
     }
@@ -192,18 +238,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         positive_secs("--request-header-timeout", args.request_header_timeout)?;
     let keep_alive_timeout = positive_secs("--keep-alive-timeout", args.keep_alive_timeout)?;
     let request_body_timeout = positive_secs("--request-body-timeout", args.request_body_timeout)?;
-    let served_model_name = match args.served_model_name {
-        Some(n) => n,
-        // A checkpoint directory's whole name (`Qwen2.5-0.5B`), a file's stem.
-        None if path.is_dir() => path
-            .file_name()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "pagoda".to_owned()),
-        None => path
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "pagoda".to_owned()),
-    };
+    let served_model_name = args
+        .served_model_name
+        .clone()
+        .unwrap_or_else(|| model_id(&path));
+    let models = models_config(&args, &setup)?;
+    let specs = model_specs(&paths, &served_model_name, &args.preload, &setup);
     let chat_template = match args.chat_template {
         Some(t) => Some(read_template(&t)?),
         None => None,
@@ -238,6 +278,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             max_loras: args.engine.max_loras,
             runtime_updates: args.enable_lora_runtime_updates,
         },
+        models,
+        admin_api_key: args.admin_api_key.filter(|k| !k.is_empty()),
         ..ServerConfig::default()
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -260,22 +302,129 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             "pagoda: listening on http://{addr}, loading {}",
             path.display()
         );
+        for spec in specs {
+            let id = spec.id.clone();
+            if !state.add_model(spec) {
+                anyhow::bail!(
+                    "two models are served as `{id}`: give one --served-model-name or rename a file"
+                );
+            }
+        }
+        let added = state.models().rescan_dir().context("--models-dir")?;
         let loading = state.clone();
-        let load_path = path.clone();
-        tokio::task::spawn_blocking(move || loading.load_model(&load_path, &setup))
+        tokio::task::spawn_blocking(move || loading.preload_blocking())
             .await
             .context("model loading panicked")?
             .with_context(|| format!("cannot load model {}", path.display()))?;
+        let ids: Vec<String> = state
+            .models()
+            .slots()
+            .iter()
+            .map(|s| format!("`{}`", s.spec.id))
+            .collect();
         eprintln!(
-            "pagoda: ready, serving model `{}`",
-            state.config().served_model_name
+            "pagoda: ready, serving {} (default `{}`{})",
+            ids.join(", "),
+            state.config().served_model_name,
+            if added > 0 {
+                format!(", {added} from --models-dir")
+            } else {
+                String::new()
+            }
         );
         server
             .await
             .context("the server task failed")?
             .context("the server failed")?;
+        // Every engine stops (and flushes its KV disk tier) before the process exits.
+        let stopping = state.clone();
+        tokio::task::spawn_blocking(move || stopping.shutdown_engine())
+            .await
+            .context("stopping the engines panicked")?;
         eprintln!("pagoda: drained, exiting");
         anyhow::Ok(())
+    })
+}
+
+/// The id a model file is served under: a checkpoint directory's whole name
+/// (`Qwen2.5-0.5B`), a file's stem.
+fn model_id(path: &std::path::Path) -> String {
+    let name = if path.is_dir() {
+        path.file_name()
+    } else {
+        path.file_stem()
+    };
+    name.map_or_else(|| "pagoda".to_owned(), |s| s.to_string_lossy().into_owned())
+}
+
+/// The models of `--model`: the first under `served_model_name` with the whole `setup`; the
+/// others under their file names, without what belongs to one model only (speculative
+/// decoding's draft, the KV disk tier, KV transfer).
+fn model_specs(
+    paths: &[PathBuf],
+    served_model_name: &str,
+    preload: &[String],
+    setup: &pagoda_model::EngineSetup,
+) -> Vec<ModelSpec> {
+    let other = secondary_setup(setup);
+    paths
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let id = if i == 0 {
+                served_model_name.to_owned()
+            } else {
+                model_id(p)
+            };
+            ModelSpec {
+                preload: i == 0 || preload.contains(&id),
+                id,
+                aliases: Vec::new(),
+                path: p.clone(),
+                setup: if i == 0 { setup.clone() } else { other.clone() },
+            }
+        })
+        .collect()
+}
+
+/// The setup of every model but the first.
+fn secondary_setup(setup: &pagoda_model::EngineSetup) -> pagoda_model::EngineSetup {
+    pagoda_model::EngineSetup {
+        speculative: None,
+        kv_disk: None,
+        kv_transfer: None,
+        ..setup.clone()
+    }
+}
+
+/// `--models-memory`, `--max-loaded-models`, `--keep-alive` and `--models-dir`.
+fn models_config(
+    args: &ServeArgs,
+    setup: &pagoda_model::EngineSetup,
+) -> anyhow::Result<pagoda_server::model::registry::ModelsConfig> {
+    let keep_alive = pagoda_server::model::keep_alive::KeepAlive::parse(&args.keep_alive)
+        .with_context(|| {
+            format!(
+                "--keep-alive {:?}: a duration such as 5m or 30s, 0, or -1",
+                args.keep_alive
+            )
+        })?;
+    let memory_budget = match &args.models_memory {
+        Some(m) => Some(parse_size(m).context("--models-memory")?),
+        None => None,
+    };
+    if let Some(dir) = &args.models_dir
+        && !dir.is_dir()
+    {
+        anyhow::bail!("--models-dir {}: not a directory", dir.display());
+    }
+    Ok(pagoda_server::model::registry::ModelsConfig {
+        memory_budget,
+        max_loaded: args.max_loaded_models,
+        keep_alive,
+        dir: args.models_dir.clone(),
+        dir_setup: secondary_setup(setup),
+        ..Default::default()
     })
 }
 

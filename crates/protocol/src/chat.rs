@@ -337,6 +337,10 @@ pub struct ChatCompletionRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chat_template_kwargs: Option<Map<String, Value>>,
 
+    /// Ollama's: how long the model stays loaded after this request (seconds, or a duration
+    /// such as `"5m"`; 0 unloads it after the request, negative keeps it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_alive: Option<Value>,
     /// Keys not listed above, kept so the server can name them in its 400.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -346,6 +350,7 @@ impl ChatCompletionRequest {
     /// Every top-level key this type reads; any other lands in `extra` (the server's field
     /// policy suggests the nearest of these for a misspelt one).
     pub const FIELDS: &'static [&'static str] = &[
+        "keep_alive",
         "model",
         "messages",
         "frequency_penalty",

@@ -32,6 +32,10 @@ pub struct EmbeddingRequest {
     /// before each text, by name (`query`, `document`, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_name: Option<String>,
+    /// Ollama's: how long the model stays loaded after this request (seconds, or a duration
+    /// such as `"5m"`; 0 unloads it after the request, negative keeps it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_alive: Option<Value>,
     /// Keys not listed above, kept so the server can name them in its 400.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -41,6 +45,7 @@ impl EmbeddingRequest {
     /// Every top-level key this type reads; any other lands in `extra` (the server's field
     /// policy suggests the nearest of these for a misspelt one).
     pub const FIELDS: &'static [&'static str] = &[
+        "keep_alive",
         "model",
         "input",
         "encoding_format",

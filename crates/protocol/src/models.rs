@@ -45,6 +45,18 @@ pub struct ModelCard {
     /// as vLLM's `--task` / `supported_tasks` name them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task: Option<String>,
+    /// pagoda (and Ollama's `ps`): `loaded`, `loading` or `unloaded`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    /// Bytes it takes loaded (weights + KV + scratch; estimated while unloaded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_bytes: Option<u64>,
+    /// Other names requests may use for it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub aliases: Vec<String>,
+    /// Seconds it stays loaded once idle (-1: until memory is short).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_alive: Option<f64>,
 }
 
 impl ModelCard {
@@ -59,6 +71,10 @@ impl ModelCard {
             parent: None,
             max_model_len: None,
             task: None,
+            state: None,
+            size_bytes: None,
+            aliases: Vec::new(),
+            keep_alive: None,
         }
     }
 }

@@ -65,6 +65,10 @@ pub struct ResponsesRequest {
     /// Seed for reproducible sampling (pagoda extension, as in chat).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
+    /// Ollama's: how long the model stays loaded after this request (seconds, or a duration
+    /// such as `"5m"`; 0 unloads it after the request, negative keeps it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_alive: Option<Value>,
     /// Every other key: known OpenAI fields pagoda refuses by name, and unknown ones.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -74,6 +78,7 @@ impl ResponsesRequest {
     /// Every top-level key this type reads; any other lands in `extra` (the server's field
     /// policy suggests the nearest of these for a misspelt one).
     pub const FIELDS: &'static [&'static str] = &[
+        "keep_alive",
         "model",
         "input",
         "instructions",

@@ -65,6 +65,11 @@ pub struct ServerConfig {
     /// What an unknown top-level request parameter gets (`--unknown-fields`); unknown keys
     /// inside messages and tools are always ignored (`prepare/field_policy.rs`).
     pub unknown_fields: crate::prepare::field_policy::UnknownFields,
+    /// Several models: the memory budget, how many stay loaded and for how long.
+    pub models: crate::model::registry::ModelsConfig,
+    /// The key `/models/load` and `/models/unload` need when API keys are set
+    /// (`--admin-api-key`); without it those routes are refused whenever keys are set.
+    pub admin_api_key: Option<String>,
 }
 
 impl Default for ServerConfig {
@@ -94,6 +99,8 @@ impl Default for ServerConfig {
             kv_events: None,
             lora: crate::model::loras::LoraConfig::default(),
             unknown_fields: Default::default(),
+            models: Default::default(),
+            admin_api_key: None,
         }
     }
 }

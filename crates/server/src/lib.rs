@@ -84,7 +84,15 @@ pub fn app(state: AppState) -> Router {
     } else {
         api
     };
+    let lifecycle = Router::new()
+        .route("/models/load", post(api::lifecycle::models::load))
+        .route("/models/unload", post(api::lifecycle::models::unload))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            http::auth::require_admin,
+        ));
     let api = api
+        .merge(lifecycle)
         // Before the route layer, so that the key check wraps the 405 as well.
         .method_not_allowed_fallback(wrong_method)
         .route_layer(middleware::from_fn_with_state(
@@ -130,13 +138,13 @@ pub fn load(
     model: &Path,
     setup: &EngineSetup,
     config: ServerConfig,
-) -> Result<AppState, LoadError> {
+) -> Result<AppState, model::registry::ModelError> {
     let state = AppState::new(config);
     state.load_model(model, setup)?;
     Ok(state)
 }
 
-/// Re-reads `--api-keys-file` on every SIGHUP. The handler is installed before this returns,
+/// Re-reads `--api-keys-file` and `--models-dir` on every SIGHUP. The handler is installed before this returns,
 /// so a SIGHUP sent once `serve` runs never takes the default action (exit).
 fn reload_on_sighup(state: AppState) -> std::io::Result<()> {
     #[cfg(unix)]
@@ -145,11 +153,18 @@ fn reload_on_sighup(state: AppState) -> std::io::Result<()> {
         let mut hup = signal(SignalKind::hangup())?;
         tokio::spawn(async move {
             while hup.recv().await.is_some() {
-                match state.reload_tenants() {
-                    Ok(r) => {
-                        tracing::info!(keys = r.keys, tenants = r.tenants, "API keys reloaded")
+                if state.config().api_keys_file.is_some() {
+                    match state.reload_tenants() {
+                        Ok(r) => {
+                            tracing::info!(keys = r.keys, tenants = r.tenants, "API keys reloaded")
+                        }
+                        Err(e) => tracing::error!("API keys not reloaded, the old ones stay: {e}"),
                     }
-                    Err(e) => tracing::error!("API keys not reloaded, the old ones stay: {e}"),
+                }
+                match state.models().rescan_dir() {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(added = n, "--models-dir: new models served"),
+                    Err(e) => tracing::error!("--models-dir not read again: {e}"),
                 }
             }
         });
@@ -170,7 +185,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let router = app(state.clone());
-    if state.config().api_keys_file.is_some() {
+    if state.config().api_keys_file.is_some() || state.config().models.dir.is_some() {
         reload_on_sighup(state.clone())?;
     }
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();

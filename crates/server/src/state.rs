@@ -1,68 +1,42 @@
-//! `AppState`: what every handler shares: the configuration, metrics, the lifecycle (loading,
-//! ready, draining, requests in flight) and, once loaded, the engine handle, tokenizer and chat
-//! template. The model is set once, so routes answer 503 until it is loaded and warmed.
+//! `AppState`: what every handler shares: the configuration, metrics, the lifecycle (ready,
+//! draining, requests in flight) and the models served (`model::registry`), which a request
+//! takes a lease on by name. `/ready` waits for the default model.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use pagoda_core::SchedulingPolicy;
-use pagoda_core::engine::EngineHandle;
-use pagoda_frontend::{ChatTemplate, Tokenizer, ToolCallFormat, ToolParserChoice};
-use pagoda_model::{EngineSetup, KvReport};
-use pagoda_structured::StructuredOutputs;
+use pagoda_model::EngineSetup;
 use tokio::sync::Notify;
 
 use crate::api::responses::store::ResponseStore;
 use crate::config::ServerConfig;
 use crate::error::ApiError;
-use crate::model::embedder::Embedder;
-use crate::model::loader::{LoadError, LoadOptions, load_engine};
+use crate::http::body::WireRequest;
+use crate::model::keep_alive::KeepAlive;
+use crate::model::lease::ModelLease;
+use crate::model::registry::{ModelError, ModelRegistry, ModelSpec};
 use crate::observe::metrics::engine::Metrics;
 use crate::observe::otlp::{OtlpError, OtlpExporter};
 use crate::prepare::validation_error::ValidationError;
 use crate::tenants::key_digest::key_digest;
 use crate::tenants::{KeysFileError, Reloaded, Tenants};
 
-/// The model side of the server, present once loading finished.
-pub struct Loaded {
-    pub engine: EngineHandle,
-    pub tokenizer: Arc<Tokenizer>,
-    pub template: ChatTemplate,
-    /// Whether the scheduler orders waiting requests by `priority`.
-    pub priority_scheduling: bool,
-    /// The model file, for `/v1/models` `root`.
-    pub model_path: String,
-    /// Compiles `response_format` / `structured_outputs` / tool grammars, once per request.
-    pub structured: Arc<StructuredOutputs>,
-    /// The tool-call syntax of this model, `None` when tool calling is turned off.
-    pub tool_format: Option<ToolCallFormat>,
-    /// The KV pool as sized, for `cache_config_info`.
-    pub kv: KvReport,
-    pub prefix_caching: bool,
-    /// Publishes KV cache events (`--kv-events-config`); its overflow count is a metric.
-    pub kv_events: Option<pagoda_kv_events::KvEventsPublisher>,
-    /// The LoRA adapters served over the model.
-    pub loras: Arc<crate::model::loras::LoraRegistry>,
-    /// This replica's part in prefill/decode disaggregation (`--kv-role`).
-    pub kv_role: pagoda_core::kv::KvRole,
-    /// The transfers' counters, for `/metrics` (a prefill or decode role only).
-    pub kv_transfer: Option<Arc<pagoda_model::KvTransferCounters>>,
-}
+pub use crate::model::served::Loaded;
 
 struct Inner {
     config: ServerConfig,
     metrics: Arc<Metrics>,
-    loaded: OnceLock<Loaded>,
-    /// Set instead of `loaded` when the model is an encoder (embeddings only).
-    embedder: OnceLock<Embedder>,
+    /// The models served, loaded on demand.
+    models: Arc<ModelRegistry>,
     draining: AtomicBool,
     in_flight: AtomicUsize,
     idle: Notify,
     created: u64,
     tenants: Tenants,
     metrics_key: Option<[u8; 16]>,
+    admin_key: Option<[u8; 16]>,
     otlp: Option<Arc<OtlpExporter>>,
     responses: ResponseStore,
 }
@@ -116,117 +90,86 @@ impl AppState {
         // Only digests of the keys are kept.
         config.api_key = None;
         let metrics_key = config.metrics_api_key.take().map(|k| key_digest(&k));
+        let admin_key = config.admin_api_key.take().map(|k| key_digest(&k));
         let (entries, max_age) = (config.response_store_entries, config.response_store_max_age);
         let created = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
+        let models = ModelRegistry::new(config.clone());
         Self(Arc::new(Inner {
             config,
             metrics: Arc::new(Metrics::new()),
-            loaded: OnceLock::new(),
-            embedder: OnceLock::new(),
+            models,
             draining: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
             idle: Notify::new(),
             created,
             tenants,
             metrics_key,
+            admin_key,
             otlp,
             responses: ResponseStore::new(entries, max_age),
         }))
     }
 
-    /// Loads the GGUF (or Hugging Face checkpoint directory) at `path`, starts the engine and runs one warm-up request; blocks (call
-    /// it from a plain thread or `spawn_blocking`). The server is ready when it returns `Ok`.
-    pub fn load_model(&self, path: &Path, setup: &EngineSetup) -> Result<(), LoadError> {
-        if self.0.loaded.get().is_some() || self.0.embedder.get().is_some() {
-            return Err(LoadError::AlreadyLoaded);
-        }
-        if pagoda_hf::is_encoder_dir(path) {
-            let mut e = Embedder::load(
-                path,
-                self.0.config.quantization,
-                self.0.config.max_batch_tokens,
-            )?;
-            e.model_path = path.display().to_string();
-            tracing::info!(
-                dim = e.dim,
-                max_seq_len = e.max_seq_len,
-                "embedding model loaded"
-            );
-            return self.0.embedder.set(e).map_err(|_| LoadError::AlreadyLoaded);
-        }
-        let m = load_engine(
-            path,
-            &LoadOptions {
-                setup,
-                chat_template: self.0.config.chat_template.as_deref(),
-                output_buffer: self.0.config.output_buffer,
-                quantization: self.0.config.quantization,
-                kv_events: self.0.config.kv_events.as_ref(),
-            },
-        )?;
-        let tool_format = match self.0.config.tool_call_parser {
-            ToolParserChoice::Auto => Some(if m.template.renders_tools() {
-                ToolCallFormat::detect(m.template.text())
-            } else {
-                ToolCallFormat::Generic
-            }),
-            ToolParserChoice::None => None,
-            ToolParserChoice::Format(f) => Some(f),
-        };
-        tracing::info!(
-            tool_call_parser = tool_format.map_or("none", ToolCallFormat::name),
-            template_renders_tools = m.template.renders_tools(),
-            "tool calling"
-        );
-        // The token trie and llguidance's parser factory take up to a second for a large
-        // vocabulary: build them off the start-up path (the first constrained request waits),
-        // and only now, so they do not take a core from loading the weights.
-        let warming = Arc::clone(&m.structured);
-        std::thread::Builder::new()
-            .name("pagoda-structured-warmup".into())
-            .spawn(move || {
-                if let Err(e) = warming.warm_up() {
-                    tracing::warn!("structured output is unavailable: {e}");
+    /// Serves the GGUF (or Hugging Face checkpoint directory) at `path` as the default model,
+    /// under `--served-model-name`, and loads it now; blocks (call it from a plain thread or
+    /// `spawn_blocking`). The server is ready when it returns `Ok`.
+    pub fn load_model(&self, path: &Path, setup: &EngineSetup) -> Result<(), ModelError> {
+        self.add_model(ModelSpec {
+            id: self.0.config.served_model_name.clone(),
+            aliases: Vec::new(),
+            path: path.to_path_buf(),
+            setup: setup.clone(),
+            preload: true,
+        });
+        self.preload_blocking()
+    }
+
+    /// Adds a model to serve (the first added is the default); false when its id or an alias
+    /// is taken.
+    pub fn add_model(&self, spec: ModelSpec) -> bool {
+        self.0.models.add(spec)
+    }
+
+    /// Loads the default model and the ones marked `preload`; blocks. The first failure is
+    /// returned (the other models still load).
+    pub fn preload_blocking(&self) -> Result<(), ModelError> {
+        let mut first_error = None;
+        for s in self.0.models.slots() {
+            if s.index != 0 && !s.spec.preload {
+                continue;
+            }
+            match self.0.models.acquire_blocking(Some(&s.spec.id), None) {
+                Ok(lease) => drop(lease),
+                Err(e) => {
+                    first_error.get_or_insert(e);
                 }
-            })?;
-        let loras = Arc::new(crate::model::loras::LoraRegistry::new(
-            self.0.config.lora.clone(),
-            m.config,
-            &self.0.config.served_model_name,
-        ));
-        for (name, path) in &self.0.config.lora.modules {
-            loras
-                .load(name, path)
-                .map_err(|e| LoadError::Lora(e.to_string()))?;
+            }
         }
-        let loaded = Loaded {
-            loras,
-            engine: m.engine,
-            tokenizer: m.tokenizer,
-            template: m.template,
-            priority_scheduling: setup.scheduler.policy == SchedulingPolicy::Priority,
-            model_path: path.display().to_string(),
-            structured: m.structured,
-            tool_format,
-            kv: m.report,
-            prefix_caching: setup.enable_prefix_caching,
-            kv_events: m.kv_events,
-            kv_role: setup
-                .kv_transfer
-                .as_ref()
-                .map_or_else(Default::default, |c| c.role),
-            kv_transfer: setup
-                .kv_transfer
-                .as_ref()
-                .filter(|c| c.role != pagoda_core::kv::KvRole::Both)
-                .map(|c| Arc::clone(&c.counters)),
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// The models served.
+    pub fn models(&self) -> &Arc<ModelRegistry> {
+        &self.0.models
+    }
+
+    /// The model a request names (its `model`; none: the default), loaded and held for the
+    /// request, with the request's `keep_alive`: the one way every endpoint finds its model.
+    /// 400 for a bad `keep_alive`, 404 for a name not served, 503 while it cannot load yet,
+    /// 500 when its load failed.
+    pub async fn model_for<W: WireRequest>(&self, wire: &W) -> Result<ModelLease, ApiError> {
+        let keep_alive = match wire.keep_alive() {
+            None => None,
+            Some(v) => Some(KeepAlive::from_json(v).ok_or_else(|| {
+                ValidationError::invalid(
+                    "keep_alive",
+                    "a number of seconds or a duration such as \"5m\" (0 unloads, -1 keeps)",
+                )
+            })?),
         };
-        self.0
-            .loaded
-            .set(loaded)
-            .map_err(|_| LoadError::AlreadyLoaded)
+        Ok(self.0.models.acquire(wire.model(), keep_alive).await?)
     }
 
     pub fn config(&self) -> &ServerConfig {
@@ -267,43 +210,23 @@ impl AppState {
         self.0.metrics_key.as_ref()
     }
 
+    /// The digest of `--admin-api-key`.
+    pub fn admin_key_digest(&self) -> Option<&[u8; 16]> {
+        self.0.admin_key.as_ref()
+    }
+
     /// The Responses API's stored responses.
     pub fn responses(&self) -> &ResponseStore {
         &self.0.responses
     }
 
-    /// The generation model, or 503 while it loads (400 when the model serves embeddings).
-    pub fn loaded(&self) -> Result<&Loaded, ApiError> {
-        if let Some(l) = self.0.loaded.get() {
-            return Ok(l);
-        }
-        if self.0.embedder.get().is_some() {
-            return Err(ValidationError::WrongTask {
-                serves: "embeddings (POST /v1/embeddings)",
-                endpoint: "generation (completions, chat, tokenize)",
-            }
-            .into());
-        }
-        Err(ApiError::unavailable("the model is still loading"))
-    }
-
-    /// The embedding model, or 503 while it loads (400 when the model generates text).
-    pub fn embedder(&self) -> Result<&Embedder, ApiError> {
-        if let Some(e) = self.0.embedder.get() {
-            return Ok(e);
-        }
-        if self.0.loaded.get().is_some() {
-            return Err(ValidationError::WrongTask {
-                serves: "text generation",
-                endpoint: "POST /v1/embeddings",
-            }
-            .into());
-        }
-        Err(ApiError::unavailable("the model is still loading"))
-    }
-
+    /// Whether the default model has loaded (it may have been unloaded since: the next
+    /// request loads it again, so the server stays ready).
     fn is_loaded(&self) -> bool {
-        self.0.loaded.get().is_some() || self.0.embedder.get().is_some()
+        self.0
+            .models
+            .default_slot()
+            .is_some_and(|s| s.lifecycle.loads.load(Ordering::Relaxed) > 0)
     }
 
     /// Ready = loaded, warmed and not draining.
@@ -321,14 +244,11 @@ impl AppState {
         self.0.idle.notify_waiters();
     }
 
-    /// Admits a generation request: 503 while loading or draining. The guard counts it in
-    /// flight until dropped (for a stream: when the stream ends or the client goes away).
+    /// Admits a request: 503 while draining. The guard counts it in flight until dropped (for
+    /// a stream: when the stream ends or the client goes away).
     pub fn admit(&self) -> Result<InFlight, ApiError> {
         if self.is_draining() {
             return Err(ApiError::unavailable("the server is shutting down"));
-        }
-        if !self.is_loaded() {
-            return Err(ApiError::unavailable("the model is still loading"));
         }
         self.0.in_flight.fetch_add(1, Ordering::AcqRel);
         Ok(InFlight(self.clone()))
@@ -352,11 +272,9 @@ impl AppState {
         tokio::time::timeout(timeout, wait).await.is_ok()
     }
 
-    /// Stops the engine thread (in-flight streams end with an error). Blocks until it exits.
+    /// Stops every model's thread (in-flight streams end with an error). Blocks until they exit.
     pub fn shutdown_engine(&self) {
-        if let Some(l) = self.0.loaded.get() {
-            l.engine.shutdown();
-        }
+        self.0.models.shutdown_all();
     }
 }
 

@@ -14,6 +14,7 @@ mod hostile;
 mod lifecycle;
 mod lora;
 mod metrics_names;
+mod models;
 mod openai_conformance;
 mod operations;
 mod structured;

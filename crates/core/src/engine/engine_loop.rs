@@ -12,6 +12,7 @@ use tokio::sync::mpsc::Sender;
 use tokio::sync::mpsc::error::TrySendError;
 
 use super::kv_event_queue::KvEventQueue;
+use super::step_turns::StepTurns;
 use super::stream_error::{StreamError, StreamItem};
 use crate::admission::QueueSlots;
 use crate::engine_core::EngineCore;
@@ -48,6 +49,7 @@ pub(crate) fn run<E: ModelExecutor>(
     rx: Receiver<Command>,
     stats: Arc<Mutex<EngineStats>>,
     mut kv_events: Option<KvEventQueue>,
+    turns: Option<Arc<StepTurns>>,
 ) {
     let mut routes: HashMap<RequestId, Route> = HashMap::new();
     let mut disconnected = false;
@@ -93,7 +95,10 @@ pub(crate) fn run<E: ModelExecutor>(
         if !core.has_work() {
             continue;
         }
-        let outs = match catch_unwind(AssertUnwindSafe(|| core.step())) {
+        let turn = turns.as_deref().map(StepTurns::take);
+        let stepped = catch_unwind(AssertUnwindSafe(|| core.step()));
+        drop(turn);
+        let outs = match stepped {
             Ok(o) => o,
             Err(_) => {
                 // A bug in a kernel or the runner: fail what was in flight, keep serving.

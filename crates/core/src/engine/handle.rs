@@ -12,22 +12,27 @@ use tokio::sync::mpsc as tmpsc;
 
 use super::engine_loop::{self, Command};
 use super::kv_event_queue::KvEventQueue;
+use super::step_turns::StepTurns;
 use super::stream_error::{StreamError, StreamItem};
 use crate::admission::Admission;
 use crate::validation::{CheckedRequest, RequestLimits};
 use crate::{EngineCore, EngineOutput, EngineRequest, EngineStats, ModelExecutor, RequestId};
 
-/// Limits the handle checks without asking the engine thread.
-#[derive(Clone, Copy, Debug)]
+/// How the engine thread runs.
+#[derive(Clone)]
 pub struct HandleOptions {
     /// Outputs buffered per request before a slow reader is cut off.
     pub output_buffer: usize,
+    /// The turns of the models sharing the machine: each step waits for one (`None`: a lone
+    /// engine, which never waits).
+    pub turns: Option<Arc<StepTurns>>,
 }
 
 impl Default for HandleOptions {
     fn default() -> Self {
         Self {
             output_buffer: 4096,
+            turns: None,
         }
     }
 }
@@ -69,7 +74,10 @@ impl EngineHandle {
         let thread_stats = Arc::clone(&stats);
         let thread = std::thread::Builder::new()
             .name("pagoda-engine".into())
-            .spawn(move || engine_loop::run(core, rx, thread_stats, kv_events))?;
+            .spawn({
+                let turns = options.turns.clone();
+                move || engine_loop::run(core, rx, thread_stats, kv_events, turns)
+            })?;
         Ok(Self {
             tx: Mutex::new(tx),
             stats,

@@ -4,8 +4,10 @@
 mod engine_loop;
 mod handle;
 mod kv_event_queue;
+mod step_turns;
 mod stream_error;
 
 pub use handle::{EngineHandle, HandleOptions, RequestStream};
 pub use kv_event_queue::{KvEventBatch, KvEventQueue, kv_event_queue};
+pub use step_turns::{StepTurns, Turn};
 pub use stream_error::StreamError;

@@ -8,7 +8,32 @@ use pagoda_frontend::chat_prompt::PromptError;
 use pagoda_protocol::ErrorResponse;
 
 use crate::error::ApiError;
+use crate::model::registry::ModelError;
 use crate::prepare::validation_error::{FieldNames, ValidationError};
+
+/// A request's model that cannot serve it: 404 for a name nobody serves, 503 while it cannot
+/// load yet (no model, memory held by busy models), 500 for a load that failed.
+impl From<ModelError> for ApiError {
+    fn from(e: ModelError) -> Self {
+        let message = e.to_string();
+        match e {
+            ModelError::NotFound { .. } => ApiError::new(
+                StatusCode::NOT_FOUND,
+                ErrorResponse::new(
+                    "invalid_request_error",
+                    message,
+                    Some("model"),
+                    Some("model_not_found"),
+                ),
+            ),
+            ModelError::NoModels => ApiError::unavailable("the model is still loading"),
+            ModelError::Busy { .. } => ApiError::unavailable(message),
+            ModelError::LoadFailed { .. } | ModelError::TooBig { .. } => {
+                ApiError::internal(message)
+            }
+        }
+    }
+}
 
 impl ValidationError {
     /// The status and the OpenAI error body: the one place a refusal becomes HTTP.

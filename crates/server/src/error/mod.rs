@@ -131,6 +131,14 @@ impl ApiError {
         }
     }
 
+    /// 403: a key that may not do this.
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            ErrorResponse::new("permission_error", message, None, None),
+        )
+    }
+
     /// 503: the model is still loading, or the server is draining before exit.
     pub fn unavailable(message: impl Into<String>) -> Self {
         Self::new(

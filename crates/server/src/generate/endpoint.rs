@@ -16,6 +16,7 @@ use crate::generate::stream::{self as sse, ChoiceFormatter};
 use crate::http::auth::Caller;
 use crate::http::body::{JsonBody, WireRequest};
 use crate::http::request_id::RequestInfo;
+use crate::model::lease::ModelLease;
 use crate::observe::otlp::AttrValue;
 use crate::observe::request_trace::RequestTrace;
 use crate::prepare::blocking::run_blocking;
@@ -36,11 +37,24 @@ pub trait GenerationEndpoint: Sized + Send + 'static {
     /// request to submit, and what the formatter will need.
     fn prepare(
         state: &AppState,
-        loaded: &Loaded,
+        model: &ModelLease,
         wire: Self::Wire,
     ) -> Result<(ValidRequest, Self), ValidationError>;
 
-    fn formatter(self, state: &AppState, req: &ValidRequest, choices: usize) -> Self::Formatter;
+    /// `model` is the generation model the request was prepared for.
+    fn formatter(
+        self,
+        state: &AppState,
+        model: &Model<'_>,
+        req: &ValidRequest,
+        choices: usize,
+    ) -> Self::Formatter;
+}
+
+/// The generation model a formatter writes for, and the name its answers carry in `model`.
+pub struct Model<'a> {
+    pub loaded: &'a Loaded,
+    pub name: &'a str,
 }
 
 /// The handler of every generation endpoint: admit (503 while loading or draining), prepare,
@@ -74,9 +88,9 @@ async fn run<E: GenerationEndpoint>(
         // Before the work of preparing: a tenant at its request or concurrency limit.
         t.precheck().map_err(|e| over_limit(&state, t, e))?;
     }
-    let st = state.clone();
-    let (mut request, prepared) =
-        run_blocking(move || Ok(E::prepare(&st, st.loaded()?, req)?)).await?;
+    let lease = Arc::new(state.model_for(&req).await?);
+    let (st, model) = (state.clone(), Arc::clone(&lease));
+    let (mut request, prepared) = run_blocking(move || Ok(E::prepare(&st, &model, req)?)).await?;
     let user_agent = info.as_ref().and_then(|i| i.user_agent.as_deref());
     request.ignored.report(state.metrics(), user_agent);
     let permit = match &tenant {
@@ -89,17 +103,22 @@ async fn run<E: GenerationEndpoint>(
         }
         None => None,
     };
-    let guard = (in_flight, permit);
-    let loaded = state.loaded()?;
+    let loaded = lease.generator()?;
     let generation = Generation::start(
         &loaded.engine,
         &loaded.tokenizer,
         &request,
-        Some(state.shared_metrics()),
+        Some(Arc::clone(&lease.slot().metrics)),
     )?
-    .traced(trace(&state, info, tenant.as_deref()))
+    .traced(trace(&state, info, tenant.as_deref(), lease.name()))
     .count_for(tenant);
-    let fmt = prepared.formatter(&state, &request, generation.num_choices());
+    let model = Model {
+        loaded,
+        name: lease.name(),
+    };
+    let fmt = prepared.formatter(&state, &model, &request, generation.num_choices());
+    // Held until the answer ends: the model stays loaded while the request runs.
+    let guard = (in_flight, permit, lease);
     let (stream, include_usage) = (request.stream, request.include_usage);
     if stream {
         Ok(sse::sse_response(sse::events(
@@ -120,14 +139,12 @@ fn trace(
     state: &AppState,
     info: Option<RequestInfo>,
     tenant: Option<&TenantState>,
+    model: &str,
 ) -> Option<RequestTrace> {
     let (exporter, info) = (state.otlp()?, info?);
     let mut attributes = vec![
         ("pagoda.request_id", AttrValue::Str(info.id)),
-        (
-            "gen_ai.request.model",
-            AttrValue::Str(state.config().served_model_name.clone()),
-        ),
+        ("gen_ai.request.model", AttrValue::Str(model.to_owned())),
     ];
     if let Some(t) = tenant {
         attributes.push(("pagoda.tenant", AttrValue::Str(t.name.clone())));

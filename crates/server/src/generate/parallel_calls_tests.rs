@@ -74,7 +74,7 @@ fn messages_input_json_deltas_join_to_each_tool_use_input() {
     let state = AppState::new(ServerConfig::default());
     let tools = setup();
     for size in [1, 2, 3, 7] {
-        let mut f = anthropic::output::Formatter::new(&state, 5, Some(&tools), true, "");
+        let mut f = anthropic::output::Formatter::new(&state, "m", 5, Some(&tools), true, "");
         let mut events = Vec::new();
         for u in updates(size) {
             events.extend(data(&f.events(u)));
@@ -96,7 +96,7 @@ fn messages_input_json_deltas_join_to_each_tool_use_input() {
         }
         let got: Vec<(&str, &str)> = blocks.iter().map(|(n, a)| (&n[..], &a[..])).collect();
         assert_eq!(got, WANT, "pieces of {size}");
-        let mut whole = anthropic::output::Formatter::new(&state, 5, Some(&tools), true, "");
+        let mut whole = anthropic::output::Formatter::new(&state, "m", 5, Some(&tools), true, "");
         for u in updates(size) {
             whole.absorb(u);
         }

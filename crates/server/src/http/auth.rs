@@ -46,13 +46,41 @@ pub async fn require_key(State(state): State<AppState>, mut req: Request, next: 
     let tenants = state.tenants();
     if tenants.required() {
         let given = presented_key(req.headers());
-        let Some(tenant) = given.and_then(|k| tenants.resolve(k)) else {
-            return refused(&state, given, req.uri().path());
-        };
-        tracing::Span::current().record("tenant", tenant.name.as_str());
-        req.extensions_mut().insert(Caller(tenant));
+        match given.and_then(|k| tenants.resolve(k)) {
+            Some(tenant) => {
+                tracing::Span::current().record("tenant", tenant.name.as_str());
+                req.extensions_mut().insert(Caller(tenant));
+            }
+            // The admin key (`--admin-api-key`) is a key of the server too, under no tenant.
+            None if given.is_some_and(|g| is_admin(&state, g)) => {}
+            None => return refused(&state, given, req.uri().path()),
+        }
     }
     next.run(req).await
+}
+
+/// Middleware of `/models/load` and `/models/unload`, after [`require_key`]: with API keys
+/// set, loading and unloading models is for the admin key (`--admin-api-key`) alone, and
+/// refused to everyone when there is none; without keys the routes are open, as the rest.
+pub async fn require_admin(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    if state.tenants().required() {
+        let given = presented_key(req.headers());
+        let ok = given.is_some_and(|g| is_admin(&state, g));
+        if !ok {
+            state.metrics().count_rejected("unauthorized");
+            let e = ApiError::forbidden(
+                "loading and unloading models needs the admin key (--admin-api-key)",
+            );
+            return ErrorShape::for_path(req.uri().path()).response(e);
+        }
+    }
+    next.run(req).await
+}
+
+fn is_admin(state: &AppState, given: &str) -> bool {
+    state
+        .admin_key_digest()
+        .is_some_and(|expected| constant_time_eq(&key_digest(given), expected))
 }
 
 /// Middleware of `/metrics`: with `--metrics-api-key`, requires that key.

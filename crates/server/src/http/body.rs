@@ -12,39 +12,83 @@ use crate::error::ApiError;
 use crate::prepare::validation_error::ValidationError;
 use crate::state::AppState;
 
-/// A request body type, with the smallest valid body (used to find which field fails).
+/// A request body type, with the smallest valid body (used to find which field fails), and
+/// the model it names (`None`: the server's default model) with how long to keep it loaded.
 pub trait WireRequest: DeserializeOwned {
     /// Required fields only, as JSON.
     const MINIMAL: &'static str;
+
+    fn model(&self) -> Option<&str> {
+        None
+    }
+
+    fn keep_alive(&self) -> Option<&Value> {
+        None
+    }
 }
 
-impl WireRequest for pagoda_protocol::CompletionRequest {
-    const MINIMAL: &'static str = r#"{"model":"m","prompt":"p"}"#;
+/// A request type with `model` (a string, or optional) and `keep_alive`.
+macro_rules! wire {
+    ($t:ty, $minimal:literal, model) => {
+        impl WireRequest for $t {
+            const MINIMAL: &'static str = $minimal;
+            fn model(&self) -> Option<&str> {
+                Some(&self.model)
+            }
+            fn keep_alive(&self) -> Option<&Value> {
+                self.keep_alive.as_ref()
+            }
+        }
+    };
+    ($t:ty, $minimal:literal, optional model) => {
+        impl WireRequest for $t {
+            const MINIMAL: &'static str = $minimal;
+            fn model(&self) -> Option<&str> {
+                self.model.as_deref()
+            }
+        }
+    };
+    ($t:ty, $minimal:literal) => {
+        impl WireRequest for $t {
+            const MINIMAL: &'static str = $minimal;
+        }
+    };
 }
-impl WireRequest for pagoda_protocol::ChatCompletionRequest {
-    const MINIMAL: &'static str = r#"{"model":"m","messages":[]}"#;
-}
-impl WireRequest for pagoda_protocol::anthropic::MessagesRequest {
-    const MINIMAL: &'static str = r#"{"model":"m","messages":[],"max_tokens":1}"#;
-}
+
+wire!(
+    pagoda_protocol::CompletionRequest,
+    r#"{"model":"m","prompt":"p"}"#,
+    model
+);
+wire!(
+    pagoda_protocol::ChatCompletionRequest,
+    r#"{"model":"m","messages":[]}"#,
+    model
+);
+wire!(
+    pagoda_protocol::anthropic::MessagesRequest,
+    r#"{"model":"m","messages":[],"max_tokens":1}"#,
+    model
+);
+wire!(
+    pagoda_protocol::responses::ResponsesRequest,
+    r#"{"model":"m"}"#,
+    model
+);
+wire!(
+    pagoda_protocol::EmbeddingRequest,
+    r#"{"model":"m","input":"i"}"#,
+    model
+);
 impl WireRequest for pagoda_protocol::anthropic::CountTokensRequest {
     const MINIMAL: &'static str = r#"{"model":"m","messages":[]}"#;
+    fn model(&self) -> Option<&str> {
+        Some(&self.model)
+    }
 }
-impl WireRequest for pagoda_protocol::responses::ResponsesRequest {
-    const MINIMAL: &'static str = r#"{"model":"m"}"#;
-}
-impl WireRequest for pagoda_protocol::TokenizeRequest {
-    const MINIMAL: &'static str = "{}";
-}
-impl WireRequest for pagoda_protocol::EmbeddingRequest {
-    const MINIMAL: &'static str = r#"{"model":"m","input":"i"}"#;
-}
-impl WireRequest for pagoda_protocol::tei::TeiEmbedRequest {
-    const MINIMAL: &'static str = r#"{"inputs":"i"}"#;
-}
-impl WireRequest for pagoda_protocol::DetokenizeRequest {
-    const MINIMAL: &'static str = r#"{"tokens":[]}"#;
-}
+wire!(pagoda_protocol::TokenizeRequest, "{}", optional model);
+wire!(pagoda_protocol::DetokenizeRequest, r#"{"tokens":[]}"#, optional model);
+wire!(pagoda_protocol::tei::TeiEmbedRequest, r#"{"inputs":"i"}"#);
 
 /// A parsed JSON body.
 pub struct JsonBody<T>(pub T);

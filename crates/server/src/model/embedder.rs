@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 
+use pagoda_core::engine::StepTurns;
 use pagoda_frontend::HfTokenizer;
 use pagoda_model::encoder::{l2_normalize, truncate_normalized};
 use pagoda_model::{Encoder, EncoderScratch};
@@ -85,6 +86,7 @@ impl Embedder {
         dir: &Path,
         quantization: pagoda_hf::Quantization,
         max_batch_tokens: usize,
+        turns: Arc<StepTurns>,
     ) -> Result<Self, LoadError> {
         let open_err = |message: String| LoadError::Open {
             path: dir.display().to_string(),
@@ -100,7 +102,7 @@ impl Embedder {
         let thread_stats = Arc::clone(&stats);
         std::thread::Builder::new()
             .name("pagoda-embedder".into())
-            .spawn(move || run(encoder, rx, &thread_stats, max_batch_tokens.max(1)))?;
+            .spawn(move || run(encoder, rx, &thread_stats, max_batch_tokens.max(1), &turns))?;
         Ok(Self {
             tx,
             tokenizer,
@@ -167,7 +169,13 @@ impl Active {
 
 /// The batcher: waits for a request, then runs steps until none is left, taking the requests
 /// that arrived in between into each next step's plan.
-fn run(encoder: Encoder, rx: mpsc::Receiver<Job>, stats: &EmbedderStats, budget: usize) {
+fn run(
+    encoder: Encoder,
+    rx: mpsc::Receiver<Job>,
+    stats: &EmbedderStats,
+    budget: usize,
+    turns: &StepTurns,
+) {
     let mut scratch = EncoderScratch::default();
     let mut active: Vec<Active> = Vec::new();
     loop {
@@ -201,9 +209,12 @@ fn run(encoder: Encoder, rx: mpsc::Receiver<Job>, stats: &EmbedderStats, budget:
                 a.job.seqs[from..from + n].iter().map(Vec::as_slice)
             })
             .collect();
+        // A pass takes its turn with the other models' steps (`StepTurns`).
+        let turn = turns.take();
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             encoder.embed_unnormalized(&seqs, &mut scratch)
         }));
+        drop(turn);
         stats.passes.fetch_add(1, Ordering::Relaxed);
         stats.inputs.fetch_add(seqs.len() as u64, Ordering::Relaxed);
         let failure = match result {

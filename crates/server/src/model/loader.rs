@@ -52,6 +52,8 @@ pub struct LoadOptions<'a> {
     pub quantization: Quantization,
     /// Publish KV cache events (`--kv-events-config`).
     pub kv_events: Option<&'a KvEventsConfig>,
+    /// The turns the engine's steps take with other models on the machine (`None`: alone).
+    pub turns: Option<Arc<pagoda_core::engine::StepTurns>>,
 }
 
 /// A model serving from its own engine thread, with its text edge.
@@ -120,6 +122,7 @@ pub fn load_engine(path: &Path, opts: &LoadOptions<'_>) -> Result<LoadedModel, L
         core,
         HandleOptions {
             output_buffer: opts.output_buffer,
+            turns: opts.turns.clone(),
         },
         queue,
     )?;

@@ -8,6 +8,7 @@ use pagoda_core::SamplingParams;
 use pagoda_protocol::Stop;
 use serde_json::{Map, Value};
 
+use crate::model::lease::ModelLease;
 use crate::prepare::valid_request::{TextOptions, Unchecked, ValidRequest};
 use crate::prepare::validation_error::{FieldNames, ValidationError};
 use crate::state::{AppState, Loaded};
@@ -45,7 +46,7 @@ pub struct SamplingFields<'a> {
     pub prompt_logprobs: Option<u32>,
     /// The compiled structured-output constraint, when the request has one.
     pub constraint: Option<pagoda_core::ConstraintRef>,
-    /// The adapter the request's `model` names (`resolve_model`), `None` for the base model.
+    /// The adapter the request's `model` names (`resolve_adapter`), `None` for the base model.
     pub lora: Option<pagoda_core::LoraRef>,
     /// Prefill/decode disaggregation (`crate::prepare::kv_transfer::parse`).
     pub kv_transfer_params: Option<&'a Value>,
@@ -140,36 +141,22 @@ pub fn str_field<'a>(
         .ok_or_else(|| ValidationError::invalid(format!("{field}.{key}"), "a string"))
 }
 
-/// 404 unless `model` is the served name or one of its LoRA adapters.
-pub fn check_model(state: &AppState, model: &str) -> Result<(), ValidationError> {
-    if model == state.config().served_model_name
-        || state.loaded().is_ok_and(|l| l.loras.contains(model))
-    {
-        return Ok(());
-    }
-    Err(ValidationError::ModelNotFound {
-        model: model.to_owned(),
-    })
-}
-
-/// What a generation request's `model` selects: the base model (`None`) or one of its
-/// adapters (read back from disk when it was evicted); 404 for any other name. The one place
-/// `model` picks an adapter.
-pub fn resolve_model(
-    state: &AppState,
-    model: &str,
+/// The LoRA adapter the request's `model` selected (`None`: the base model), read back from
+/// disk when it was evicted. The one place `model` picks an adapter (the registry found the
+/// name among the default model's adapters).
+pub fn resolve_adapter(
+    model: &ModelLease,
 ) -> Result<Option<pagoda_core::LoraRef>, ValidationError> {
-    check_model(state, model)?;
-    if model == state.config().served_model_name {
+    let Some(name) = model.adapter() else {
         return Ok(None);
-    }
-    let not_found = || ValidationError::ModelNotFound {
-        model: model.to_owned(),
     };
-    let loaded = state.loaded().map_err(|_| not_found())?;
-    match loaded.loras.resolve(model) {
+    match model.generator()?.loras.resolve(name) {
         Ok(l) => Ok(Some(l)),
-        Err(crate::model::loras::LoraServeError::NotFound(_)) => Err(not_found()),
+        Err(crate::model::loras::LoraServeError::NotFound(_)) => {
+            Err(ValidationError::ModelNotFound {
+                model: name.to_owned(),
+            })
+        }
         Err(e) => Err(ValidationError::NotFound {
             field: "model",
             message: e.to_string(),

@@ -131,11 +131,12 @@ pub enum ValidationError {
         /// How a client of the API called asks for truncation.
         truncate_hint: &'static str,
     },
-    /// An endpoint of another task than the one the loaded model serves.
-    #[error("this model serves {serves}; {endpoint} is not available")]
+    /// An endpoint of another task than the one the named model serves.
+    #[error("model `{model}` serves {serves}, not {asked}")]
     WrongTask {
+        model: String,
         serves: &'static str,
-        endpoint: &'static str,
+        asked: &'static str,
     },
 }
 
@@ -208,7 +209,7 @@ impl ValidationError {
             Self::Engine { error, names, .. } => Some(names.rename(error.field()).to_owned()),
             Self::ModelNotFound { .. } => Some("model".to_owned()),
             Self::TooLong { field, .. } => Some((*field).to_owned()),
-            Self::WrongTask { .. } => None,
+            Self::WrongTask { .. } => Some("model".to_owned()),
         }
     }
 }

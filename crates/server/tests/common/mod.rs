@@ -94,7 +94,7 @@ impl TestServer {
     }
 
     /// A server over the state `make` builds (on a blocking thread).
-    fn start_with(make: impl FnOnce() -> pagoda_server::AppState + Send + 'static) -> Self {
+    pub fn start_with(make: impl FnOnce() -> pagoda_server::AppState + Send + 'static) -> Self {
         let (addr_tx, addr_rx) = std::sync::mpsc::channel();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let (done_tx, done_rx) = std::sync::mpsc::channel();

@@ -14,9 +14,10 @@ use crate::api::anthropic::output::Formatter;
 use crate::error::ApiError;
 use crate::error::rejected::rejected_as;
 use crate::error::shape::ErrorShape;
-use crate::generate::endpoint::GenerationEndpoint;
+use crate::generate::endpoint::{GenerationEndpoint, Model};
 use crate::http::body::JsonBody;
 use crate::http::request_id::RequestInfo;
+use crate::model::lease::ModelLease;
 use crate::prepare::blocking::run_blocking;
 use crate::prepare::chat_prompt::{PromptOptions, render, tokenize};
 use crate::prepare::constraints;
@@ -41,13 +42,14 @@ impl GenerationEndpoint for Messages {
 
     fn prepare(
         state: &AppState,
-        loaded: &Loaded,
+        model: &ModelLease,
         req: MessagesRequest,
     ) -> Result<(ValidRequest, Self), ValidationError> {
+        let loaded = model.generator()?;
         let mut ignored = Ignored::default();
         let policy = state.config().unknown_fields;
         ignored.top_level(policy, &req.extra, MessagesRequest::FIELDS)?;
-        let lora = validate::resolve_model(state, &req.model)?;
+        let lora = validate::resolve_adapter(model)?;
         validate::refuse("thinking", &req.thinking, "no thinking models are served")?;
         if req
             .service_tier
@@ -125,9 +127,16 @@ impl GenerationEndpoint for Messages {
         ))
     }
 
-    fn formatter(self, state: &AppState, req: &ValidRequest, _choices: usize) -> Formatter {
+    fn formatter(
+        self,
+        state: &AppState,
+        model: &Model<'_>,
+        req: &ValidRequest,
+        _choices: usize,
+    ) -> Formatter {
         Formatter::new(
             state,
+            model.name,
             req.prompt(0).len(),
             self.tools.as_ref(),
             self.parallel_tool_calls,
@@ -175,10 +184,15 @@ pub async fn count_tokens(
     info: Option<Extension<RequestInfo>>,
     body: Result<JsonBody<CountTokensRequest>, ApiError>,
 ) -> Response {
-    let st = state.clone();
     let ua = RequestInfo::user_agent_of(info);
     let result = match body {
-        Ok(JsonBody(req)) => run_blocking(move || count_blocking(&st, req, ua.as_deref())).await,
+        Ok(JsonBody(req)) => match state.model_for(&req).await {
+            Ok(model) => {
+                let st = state.clone();
+                run_blocking(move || count_blocking(&st, &model, req, ua.as_deref())).await
+            }
+            Err(e) => Err(e),
+        },
         Err(e) => Err(e),
     };
     match result {
@@ -189,16 +203,16 @@ pub async fn count_tokens(
 
 fn count_blocking(
     state: &AppState,
+    model: &ModelLease,
     req: CountTokensRequest,
     user_agent: Option<&str>,
 ) -> Result<CountTokensResponse, ApiError> {
     let mut ignored = Ignored::default();
     let policy = state.config().unknown_fields;
     ignored.top_level(policy, &req.extra, CountTokensRequest::FIELDS)?;
-    validate::check_model(state, &req.model)?;
     validate::refuse("thinking", &req.thinking, "no thinking models are served")?;
     constraints::from_anthropic_output(req.output_config.as_ref(), None)?;
-    let loaded = state.loaded()?;
+    let loaded = model.generator()?;
     let tools = req.tools.as_deref();
     let (setup, _) = tool_setup(loaded, tools, req.tool_choice.as_ref(), &mut ignored)?;
     let messages = chat_messages(req.system.as_ref(), &req.messages, &mut ignored)?;

@@ -35,6 +35,7 @@ pub struct Formatter {
 impl Formatter {
     pub fn new(
         state: &AppState,
+        model: &str,
         prompt_tokens: usize,
         tools: Option<&crate::prepare::tools::ToolSetup>,
         parallel_tool_calls: bool,
@@ -42,7 +43,7 @@ impl Formatter {
     ) -> Self {
         Self {
             id: random_id("msg").replacen("msg-", "msg_", 1),
-            model: state.config().served_model_name.clone(),
+            model: model.to_owned(),
             prompt_tokens: prompt_tokens as u32,
             output: ChoiceOutput::new(state.config().reasoning_parser, tools, prompt_text)
                 .single_call(!parallel_tool_calls),

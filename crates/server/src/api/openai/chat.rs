@@ -2,18 +2,23 @@
 //! chunks in OpenAI's order (role first, content deltas, a finish chunk per choice, the usage
 //! chunk when asked, `[DONE]`).
 
+use std::sync::Arc;
+
 use pagoda_protocol::{
     ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest,
     ChatCompletionResponse, ChatDelta, ChatLogprobs, ChatMessage, FinishReason, FunctionCallDelta,
     MessageContent, Role, ToolCallDelta, Usage,
 };
 
+use pagoda_frontend::Tokenizer;
+
 use crate::api::ids::{now_secs, random_id};
 use crate::api::openai::logprobs;
 use crate::generate::chat_output::{CallPart, ChoiceOutput, Split};
-use crate::generate::endpoint::GenerationEndpoint;
+use crate::generate::endpoint::{GenerationEndpoint, Model};
 use crate::generate::generation::ChoiceUpdate;
 use crate::generate::stream::{self as sse, ChoiceFormatter};
+use crate::model::lease::ModelLease;
 use crate::prepare::chat_prompt::{PromptOptions, content_text, render, tokenize};
 use crate::prepare::constraints;
 use crate::prepare::field_policy::Ignored;
@@ -21,7 +26,7 @@ use crate::prepare::tools::{self, ToolSetup};
 use crate::prepare::valid_request::ValidRequest;
 use crate::prepare::validate;
 use crate::prepare::validation_error::{FieldNames, ValidationError};
-use crate::state::{AppState, Loaded};
+use crate::state::AppState;
 
 /// A chat request, validated and rendered, with what its response needs.
 pub struct Chat {
@@ -41,18 +46,24 @@ impl GenerationEndpoint for Chat {
 
     fn prepare(
         state: &AppState,
-        loaded: &Loaded,
+        model: &ModelLease,
         req: ChatCompletionRequest,
     ) -> Result<(ValidRequest, Self), ValidationError> {
-        prepare(state, loaded, req)
+        prepare(state, model, req)
     }
 
-    fn formatter(self, state: &AppState, _: &ValidRequest, num_choices: usize) -> Formatter {
+    fn formatter(
+        self,
+        state: &AppState,
+        model: &Model<'_>,
+        _: &ValidRequest,
+        num_choices: usize,
+    ) -> Formatter {
         Formatter {
-            state: state.clone(),
+            tokenizer: Arc::clone(&model.loaded.tokenizer),
             id: random_id("chatcmpl"),
             created: now_secs(),
-            model: state.config().served_model_name.clone(),
+            model: model.name.to_owned(),
             logprobs: self.logprobs,
             echo_text: self.echo_text,
             echoed: vec![false; num_choices],
@@ -75,14 +86,15 @@ impl GenerationEndpoint for Chat {
 
 fn prepare(
     state: &AppState,
-    loaded: &Loaded,
+    model: &ModelLease,
     req: ChatCompletionRequest,
 ) -> Result<(ValidRequest, Chat), ValidationError> {
+    let loaded = model.generator()?;
     let mut ignored = Ignored::default();
     let policy = state.config().unknown_fields;
     ignored.top_level(policy, &req.extra, ChatCompletionRequest::FIELDS)?;
     ignored.messages(&req.messages);
-    let lora = validate::resolve_model(state, &req.model)?;
+    let lora = validate::resolve_adapter(model)?;
     let later = "not supported yet";
     validate::refuse(
         "functions",
@@ -241,7 +253,7 @@ fn log_user(
 
 /// The chat response's writer: SSE chunks, or the whole response gathered in `whole`.
 pub struct Formatter {
-    state: AppState,
+    tokenizer: Arc<Tokenizer>,
     id: String,
     created: u64,
     model: String,
@@ -302,10 +314,9 @@ impl Formatter {
             self.echoed[i] = true;
             split.content.insert_str(0, e);
         }
-        let lp = match (self.logprobs, self.state.loaded()) {
-            (true, Ok(l)) => Some(logprobs::chat(&l.tokenizer, &u.logprobs)),
-            _ => None,
-        };
+        let lp = self
+            .logprobs
+            .then(|| logprobs::chat(&self.tokenizer, &u.logprobs));
         let finish = u.finish.as_ref().map(|f| match f.reason {
             FinishReason::Stop if self.outputs[i].num_calls() > 0 && !self.named_tool => {
                 FinishReason::ToolCalls
@@ -429,12 +440,8 @@ impl ChoiceFormatter for Formatter {
     }
 
     fn absorb(&mut self, u: ChoiceUpdate) {
-        if let (None, Some(plp), Ok(l)) = (
-            &self.prompt_logprobs,
-            u.prompt_logprobs.as_deref(),
-            self.state.loaded(),
-        ) {
-            self.prompt_logprobs = Some(logprobs::prompt(&l.tokenizer, plp));
+        if let (None, Some(plp)) = (&self.prompt_logprobs, u.prompt_logprobs.as_deref()) {
+            self.prompt_logprobs = Some(logprobs::prompt(&self.tokenizer, plp));
         }
         let (split, lp, finish) = self.parts(&u);
         let i = u.index as usize;

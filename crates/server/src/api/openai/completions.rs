@@ -1,16 +1,21 @@
 //! `POST /v1/completions`: prompts (text, texts, token ids, token-id batches) -> choices
 //! indexed prompt-major, with `echo`, legacy logprobs, `n`, stop strings; JSON or SSE.
 
+use std::sync::Arc;
+
 use pagoda_protocol::{
     CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse,
     CompletionStreamChunk, Prompt, Usage,
 };
 
+use pagoda_frontend::Tokenizer;
+
 use crate::api::ids::{now_secs, random_id};
 use crate::api::openai::logprobs;
-use crate::generate::endpoint::GenerationEndpoint;
+use crate::generate::endpoint::{GenerationEndpoint, Model};
 use crate::generate::generation::ChoiceUpdate;
 use crate::generate::stream::{self as sse, ChoiceFormatter};
+use crate::model::lease::ModelLease;
 use crate::prepare::constraints;
 use crate::prepare::field_policy::Ignored;
 use crate::prepare::valid_request::ValidRequest;
@@ -34,18 +39,24 @@ impl GenerationEndpoint for Completions {
 
     fn prepare(
         state: &AppState,
-        loaded: &Loaded,
+        model: &ModelLease,
         req: CompletionRequest,
     ) -> Result<(ValidRequest, Self), ValidationError> {
-        prepare(state, loaded, req)
+        prepare(state, model, req)
     }
 
-    fn formatter(self, state: &AppState, req: &ValidRequest, num_choices: usize) -> Formatter {
+    fn formatter(
+        self,
+        _: &AppState,
+        model: &Model<'_>,
+        req: &ValidRequest,
+        num_choices: usize,
+    ) -> Formatter {
         Formatter {
-            state: state.clone(),
+            tokenizer: Arc::clone(&model.loaded.tokenizer),
             id: random_id("cmpl"),
             created: now_secs(),
-            model: state.config().served_model_name.clone(),
+            model: model.name.to_owned(),
             echo: self.echo,
             logprobs: self.logprobs,
             prompt_logprobs: self.prompt_logprobs,
@@ -63,13 +74,14 @@ impl GenerationEndpoint for Completions {
 
 fn prepare(
     state: &AppState,
-    loaded: &Loaded,
+    model: &ModelLease,
     req: CompletionRequest,
 ) -> Result<(ValidRequest, Completions), ValidationError> {
+    let loaded = model.generator()?;
     let mut ignored = Ignored::default();
     let policy = state.config().unknown_fields;
     ignored.top_level(policy, &req.extra, CompletionRequest::FIELDS)?;
-    let lora = validate::resolve_model(state, &req.model)?;
+    let lora = validate::resolve_adapter(model)?;
     if let Some(b) = req.best_of
         && b != req.n.unwrap_or(1)
     {
@@ -162,7 +174,7 @@ fn decode_checked(loaded: &Loaded, ids: &[u32], skip: bool) -> String {
 /// Per-choice state shared by the JSON and SSE forms: echo, running logprobs offsets, and the
 /// whole response's choices.
 pub struct Formatter {
-    state: AppState,
+    tokenizer: Arc<Tokenizer>,
     id: String,
     created: u64,
     model: String,
@@ -184,9 +196,6 @@ impl Formatter {
         let prompt = i / self.n.max(1);
         let mut text = String::new();
         let mut lp = self.logprobs.then(CompletionLogprobs::default);
-        let Ok(loaded) = self.state.loaded() else {
-            return empty_choice(u.index);
-        };
         if self.echo && !self.echoed[i] {
             self.echoed[i] = true;
             text.push_str(&self.prompt_texts[prompt]);
@@ -194,7 +203,7 @@ impl Formatter {
                 let plp = u.prompt_logprobs.as_deref().unwrap_or(&[]);
                 logprobs::echo_completion(
                     lp,
-                    &loaded.tokenizer,
+                    &self.tokenizer,
                     &self.prompts[prompt],
                     plp,
                     &mut self.offsets[i],
@@ -205,10 +214,10 @@ impl Formatter {
         }
         text.push_str(&u.text);
         if let Some(lp) = lp.as_mut() {
-            logprobs::extend_completion(lp, &loaded.tokenizer, &u.logprobs, &mut self.offsets[i]);
+            logprobs::extend_completion(lp, &self.tokenizer, &u.logprobs, &mut self.offsets[i]);
         }
         let prompt_logprobs = match (self.prompt_logprobs, u.prompt_logprobs.as_deref()) {
-            (true, Some(plp)) => Some(logprobs::prompt(&loaded.tokenizer, plp)),
+            (true, Some(plp)) => Some(logprobs::prompt(&self.tokenizer, plp)),
             _ => None,
         };
         CompletionChoice {

@@ -3,6 +3,8 @@
 //! off the runtime), hands the job to the embedding batcher (`embedder.rs`), and answers in
 //! OpenAI's shape: floats or base64, with token usage.
 
+use std::sync::Arc;
+
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
@@ -15,10 +17,10 @@ use crate::error::rejected::rejected;
 use crate::http::body::JsonBody;
 use crate::http::request_id::RequestInfo;
 use crate::model::embedder::EmbedJob;
+use crate::model::lease::ModelLease;
 use crate::prepare::blocking::run_blocking;
 use crate::prepare::embed::{self, EmbedOptions, Truncate};
 use crate::prepare::field_policy::Ignored;
-use crate::prepare::validate;
 use crate::prepare::validation_error::ValidationError;
 use crate::state::AppState;
 
@@ -39,14 +41,18 @@ pub async fn embeddings(
         Ok(g) => g,
         Err(e) => return rejected(&state, e),
     };
-    let st = state.clone();
-    let prepared = match run_blocking(move || prepare(&st, req, ua)).await {
+    let model = match state.model_for(&req).await {
+        Ok(m) => Arc::new(m),
+        Err(e) => return rejected(&state, e),
+    };
+    let (st, m) = (state.clone(), Arc::clone(&model));
+    let prepared = match run_blocking(move || prepare(&st, &m, req, ua)).await {
         Ok(p) => p,
         Err(e) => return rejected(&state, e),
     };
-    let embedder = match state.embedder() {
+    let embedder = match model.embedder() {
         Ok(e) => e,
-        Err(e) => return rejected(&state, e),
+        Err(e) => return rejected(&state, e.into()),
     };
     let prompt_tokens = prepared.job.tokens();
     let vectors = match embedder.vectors(prepared.job).await {
@@ -84,6 +90,7 @@ pub async fn embeddings(
 
 fn prepare(
     state: &AppState,
+    model: &ModelLease,
     req: EmbeddingRequest,
     user_agent: Option<String>,
 ) -> Result<Prepared, ApiError> {
@@ -91,8 +98,7 @@ fn prepare(
     let policy = state.config().unknown_fields;
     ignored.top_level(policy, &req.extra, EmbeddingRequest::FIELDS)?;
     ignored.report(state.metrics(), user_agent.as_deref());
-    validate::check_model(state, &req.model)?;
-    let e = state.embedder()?;
+    let e = model.embedder()?;
     let base64 = match req.encoding_format.as_deref() {
         None | Some("float") => false,
         Some("base64") => true,
@@ -136,6 +142,6 @@ fn prepare(
     Ok(Prepared {
         job,
         base64,
-        model: state.config().served_model_name.clone(),
+        model: model.name().to_owned(),
     })
 }

@@ -1,35 +1,53 @@
-//! `GET /v1/models`: the served model, then its LoRA adapters (`parent` = the model), as vLLM
-//! lists them.
+//! `GET /v1/models`: every model the server serves, loaded or not (the default first), with its
+//! task, state, size and context length; then the default model's LoRA adapters (`parent` =
+//! the model), as vLLM lists them.
 
 use axum::Json;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use pagoda_protocol::{ModelCard, ModelList};
 
+use crate::model::registry::Slot;
+use crate::model::served::{Served, Task};
 use crate::state::AppState;
 
 pub async fn models(State(state): State<AppState>) -> Response {
-    let base = &state.config().served_model_name;
-    let mut card = ModelCard::new(base, state.created(), "pagoda");
+    let mut cards = Vec::new();
     let mut adapters = Vec::new();
-    if let Ok(l) = state.loaded() {
-        for (name, path, _, _) in l.loras.list() {
-            let mut a = ModelCard::new(&name, state.created(), "pagoda");
-            a.root = Some(path);
-            a.parent = Some(base.clone());
-            a.max_model_len = Some(l.engine.max_model_len() as u32);
-            a.task = Some("generate".to_owned());
-            adapters.push(a);
+    for slot in state.models().slots() {
+        let card = card(&state, &slot);
+        if let Some(Served::Generate(l)) = slot.served().as_deref() {
+            for (name, path, _, _) in l.loras.list() {
+                let mut a = ModelCard::new(&name, state.created(), "pagoda");
+                a.root = Some(path);
+                a.parent = Some(slot.spec.id.clone());
+                a.max_model_len = card.max_model_len;
+                a.task = Some(Task::Generate.name().to_owned());
+                adapters.push(a);
+            }
         }
-        card.root = Some(l.model_path.clone());
-        card.max_model_len = Some(l.engine.max_model_len() as u32);
-        card.task = Some("generate".to_owned());
-    } else if let Ok(e) = state.embedder() {
-        card.root = Some(e.model_path.clone());
-        card.max_model_len = Some(e.max_seq_len as u32);
-        card.task = Some("embed".to_owned());
+        cards.push(card);
     }
-    let mut cards = vec![card];
     cards.extend(adapters);
     Json(ModelList::new(cards)).into_response()
+}
+
+/// One model's card; what only loading reveals (context length) is absent while unloaded.
+fn card(state: &AppState, slot: &Slot) -> ModelCard {
+    let mut card = ModelCard::new(&slot.spec.id, state.created(), "pagoda");
+    card.root = Some(slot.spec.path.display().to_string());
+    card.state = Some(slot.presence().name().to_owned());
+    card.size_bytes = Some(slot.bytes(state.config().quantization));
+    card.aliases = slot.spec.aliases.clone();
+    card.keep_alive = Some(slot.keep_alive().seconds());
+    let task = match slot.served().as_deref() {
+        Some(s) => {
+            card.max_model_len = Some(s.max_model_len() as u32);
+            s.task()
+        }
+        None if pagoda_hf::is_encoder_dir(&slot.spec.path) => Task::Embed,
+        None => Task::Generate,
+    };
+    card.task = Some(task.name().to_owned());
+    card
 }

@@ -15,7 +15,8 @@ use crate::api::responses::output::Formatter;
 use crate::error::ApiError;
 use crate::error::rejected::rejected;
 use crate::generate::chat_output::ChoiceOutput;
-use crate::generate::endpoint::GenerationEndpoint;
+use crate::generate::endpoint::{GenerationEndpoint, Model};
+use crate::model::lease::ModelLease;
 use crate::prepare::chat_prompt::{PromptOptions, render, tokenize};
 use crate::prepare::constraints;
 use crate::prepare::field_policy::Ignored;
@@ -23,7 +24,7 @@ use crate::prepare::tools;
 use crate::prepare::valid_request::ValidRequest;
 use crate::prepare::validate::{self, SamplingFields};
 use crate::prepare::validation_error::{FieldNames, ValidationError};
-use crate::state::{AppState, Loaded};
+use crate::state::AppState;
 
 /// A responses request, validated and rendered, with what its answer needs.
 pub struct Responses {
@@ -41,12 +42,13 @@ impl GenerationEndpoint for Responses {
 
     fn prepare(
         state: &AppState,
-        loaded: &Loaded,
+        model: &ModelLease,
         req: ResponsesRequest,
     ) -> Result<(ValidRequest, Self), ValidationError> {
         let mut ignored = Ignored::default();
         check_extra(&req.extra, state.config().unknown_fields, &mut ignored)?;
-        let lora = validate::resolve_model(state, &req.model)?;
+        let loaded = model.generator()?;
+        let lora = validate::resolve_adapter(model)?;
         if let Some(u) = &req.user {
             tracing::info!(user = u.as_str(), "responses request");
         }
@@ -142,7 +144,13 @@ impl GenerationEndpoint for Responses {
         ))
     }
 
-    fn formatter(self, state: &AppState, _: &ValidRequest, _choices: usize) -> Formatter {
+    fn formatter(
+        self,
+        state: &AppState,
+        _: &Model<'_>,
+        _: &ValidRequest,
+        _choices: usize,
+    ) -> Formatter {
         let output = ChoiceOutput::new(
             state.config().reasoning_parser,
             self.tools.as_ref(),

@@ -3,6 +3,8 @@
 //! ones, answered as TEI does: a JSON array of vectors, errors as `{"error", "error_type"}`
 //! with TEI's statuses (`error/shape.rs`).
 
+use std::sync::Arc;
+
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
@@ -15,6 +17,7 @@ use crate::error::shape::ErrorShape;
 use crate::http::body::JsonBody;
 use crate::http::request_id::RequestInfo;
 use crate::model::embedder::EmbedJob;
+use crate::model::lease::ModelLease;
 use crate::prepare::blocking::run_blocking;
 use crate::prepare::embed::{self, EmbedOptions, Truncate};
 use crate::prepare::field_policy::Ignored;
@@ -36,14 +39,18 @@ pub async fn embed(
         Ok(g) => g,
         Err(e) => return fail(e),
     };
-    let st = state.clone();
-    let job = match run_blocking(move || prepare(&st, req, ua)).await {
+    let model = match state.model_for(&req).await {
+        Ok(m) => Arc::new(m),
+        Err(e) => return fail(e),
+    };
+    let (st, m) = (state.clone(), Arc::clone(&model));
+    let job = match run_blocking(move || prepare(&st, &m, req, ua)).await {
         Ok(j) => j,
         Err(e) => return fail(e),
     };
-    let embedder = match state.embedder() {
+    let embedder = match model.embedder() {
         Ok(e) => e,
-        Err(e) => return fail(e),
+        Err(e) => return fail(e.to_tei_error()),
     };
     match embedder.vectors(job).await {
         Ok(vectors) => Json(vectors).into_response(),
@@ -53,6 +60,7 @@ pub async fn embed(
 
 fn prepare(
     state: &AppState,
+    model: &ModelLease,
     req: TeiEmbedRequest,
     user_agent: Option<String>,
 ) -> Result<EmbedJob, ApiError> {
@@ -65,7 +73,7 @@ fn prepare(
         )
         .map_err(|e| e.to_tei_error())?;
     ignored.report(state.metrics(), user_agent.as_deref());
-    let e = state.embedder()?;
+    let e = model.embedder().map_err(|e| e.to_tei_error())?;
     let max = e.max_seq_len;
     let truncate = match (req.truncate, req.truncation_direction.as_deref()) {
         (None | Some(false), _) => Truncate::No,

@@ -9,6 +9,7 @@ use serde::Deserialize;
 
 use crate::error::ApiError;
 use crate::error::rejected::rejected;
+use crate::model::lease::ModelLease;
 use crate::model::loras::LoraServeError;
 use crate::prepare::blocking::run_blocking;
 use crate::state::AppState;
@@ -38,11 +39,19 @@ fn api_error(e: LoraServeError) -> ApiError {
     }
 }
 
+/// The model adapters go on: the default one.
+async fn base(state: &AppState) -> Result<ModelLease, ApiError> {
+    Ok(state.models().acquire(None, None).await?)
+}
+
 pub async fn load(State(state): State<AppState>, body: Bytes) -> Response {
-    let st = state.clone();
+    let model = match base(&state).await {
+        Ok(m) => m,
+        Err(e) => return rejected(&state, e),
+    };
     let done = run_blocking(move || {
         let req: LoadRequest = parse(&body)?;
-        let loaded = st.loaded()?;
+        let loaded = model.generator()?;
         if req.load_inplace && loaded.loras.contains(&req.lora_name) {
             loaded.loras.unload(&req.lora_name).map_err(api_error)?;
         }
@@ -60,10 +69,14 @@ pub async fn load(State(state): State<AppState>, body: Bytes) -> Response {
 }
 
 pub async fn unload(State(state): State<AppState>, body: Bytes) -> Response {
+    let model = match base(&state).await {
+        Ok(m) => m,
+        Err(e) => return rejected(&state, e),
+    };
     let done = (|| {
         let req: UnloadRequest = parse(&body)?;
-        state
-            .loaded()?
+        model
+            .generator()?
             .loras
             .unload(&req.lora_name)
             .map_err(api_error)?;

@@ -12,11 +12,11 @@ use crate::error::rejected::rejected;
 use crate::generate::generation::token_text;
 use crate::http::body::JsonBody;
 use crate::http::request_id::RequestInfo;
+use crate::model::lease::ModelLease;
 use crate::prepare::blocking::run_blocking;
 use crate::prepare::chat_prompt::{self, PromptOptions, render};
 use crate::prepare::field_policy::Ignored;
 use crate::prepare::tools;
-use crate::prepare::validate;
 use crate::prepare::validation_error::ValidationError;
 use crate::state::AppState;
 
@@ -25,9 +25,13 @@ pub async fn tokenize(
     info: Option<Extension<RequestInfo>>,
     JsonBody(req): JsonBody<TokenizeRequest>,
 ) -> Response {
-    let st = state.clone();
     let ua = RequestInfo::user_agent_of(info);
-    match run_blocking(move || tokenize_blocking(&st, req, ua)).await {
+    let model = match state.model_for(&req).await {
+        Ok(m) => m,
+        Err(e) => return rejected(&state, e),
+    };
+    let st = state.clone();
+    match run_blocking(move || tokenize_blocking(&st, &model, req, ua)).await {
         Ok(r) => Json(r).into_response(),
         Err(e) => rejected(&state, e),
     }
@@ -35,16 +39,14 @@ pub async fn tokenize(
 
 fn tokenize_blocking(
     state: &AppState,
+    model: &ModelLease,
     req: TokenizeRequest,
     user_agent: Option<String>,
 ) -> Result<TokenizeResponse, ApiError> {
     let mut ignored = Ignored::default();
     let policy = state.config().unknown_fields;
     ignored.top_level(policy, &req.extra, TokenizeRequest::FIELDS)?;
-    if let Some(m) = &req.model {
-        validate::check_model(state, m)?;
-    }
-    let loaded = state.loaded()?;
+    let loaded = model.generator()?;
     // vLLM's default adds special tokens to a `prompt`, llama.cpp's none to a `content`; a
     // client written for both sends both names, with the same text.
     let text = match (&req.prompt, &req.content) {
@@ -130,13 +132,14 @@ pub async fn detokenize(
     State(state): State<AppState>,
     JsonBody(req): JsonBody<DetokenizeRequest>,
 ) -> Response {
+    let model = match state.model_for(&req).await {
+        Ok(m) => m,
+        Err(e) => return rejected(&state, e),
+    };
     let result = (|| {
         let policy = state.config().unknown_fields;
         Ignored::default().top_level(policy, &req.extra, DetokenizeRequest::FIELDS)?;
-        if let Some(m) = &req.model {
-            validate::check_model(&state, m)?;
-        }
-        let loaded = state.loaded()?;
+        let loaded = model.generator()?;
         if let Some(&bad) = req
             .tokens
             .iter()

@@ -106,6 +106,13 @@ impl Metrics {
 
     /// The server's own families, with the engine's gauges and counters from `stats`.
     pub fn render(&self, e: &mut Exposition, stats: Option<&EngineStats>, model_name: &str) {
+        self.render_model(e, stats, model_name);
+        self.render_refusals(e, model_name);
+    }
+
+    /// One model's families: the engine's gauges and counters from `stats`, its requests'
+    /// finish reasons and latency histograms.
+    pub fn render_model(&self, e: &mut Exposition, stats: Option<&EngineStats>, model_name: &str) {
         let label = || model_labels(model_name);
         if let Some(s) = stats {
             for (name, help, v) in [
@@ -187,24 +194,6 @@ impl Metrics {
                 &self.finished,
             ),
         );
-        e.scraped(
-            "pagoda:request_rejected_total",
-            "Requests answered with an error before generation, by reason.",
-            by_reason(model_name, "reason", REJECT_REASONS, &self.rejected),
-        );
-        let ignored: Vec<(String, u64)> = match self.ignored_fields.lock() {
-            Ok(m) => m.iter().map(|(k, v)| (k.clone(), *v)).collect(),
-            Err(_) => Vec::new(),
-        };
-        e.scraped(
-            "pagoda:request_ignored_fields_total",
-            "Unknown request fields accepted and ignored, by field (indices dropped).",
-            Scraped::counters(ignored.into_iter().map(|(field, n)| {
-                let mut labels = model_labels(model_name);
-                labels.push(("field", field));
-                (labels, n.into())
-            })),
-        );
         for (name, help, h) in [
             (
                 "pagoda:time_to_first_token_seconds",
@@ -242,8 +231,31 @@ impl Metrics {
                 &self.generation_tokens,
             ),
         ] {
-            e.histogram(name, help, h);
+            e.labelled_histogram(name, help, label(), h);
         }
+    }
+
+    /// Requests refused before they reached a model, and unknown fields ignored: counted for
+    /// the server (filed under `model_name`, the default model).
+    pub fn render_refusals(&self, e: &mut Exposition, model_name: &str) {
+        e.scraped(
+            "pagoda:request_rejected_total",
+            "Requests answered with an error before generation, by reason.",
+            by_reason(model_name, "reason", REJECT_REASONS, &self.rejected),
+        );
+        let ignored: Vec<(String, u64)> = match self.ignored_fields.lock() {
+            Ok(m) => m.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+            Err(_) => Vec::new(),
+        };
+        e.scraped(
+            "pagoda:request_ignored_fields_total",
+            "Unknown request fields accepted and ignored, by field (indices dropped).",
+            Scraped::counters(ignored.into_iter().map(|(field, n)| {
+                let mut labels = model_labels(model_name);
+                labels.push(("field", field));
+                (labels, n.into())
+            })),
+        );
     }
 }
 
@@ -387,11 +399,16 @@ mod tests {
             m.e2e_latency.observe(v);
         }
         let text = render(&m, None, "m");
-        assert!(text.contains("pagoda:e2e_request_latency_seconds_bucket{le=\"0.001\"} 1\n"));
-        assert!(text.contains("pagoda:e2e_request_latency_seconds_bucket{le=\"0.005\"} 3\n"));
-        assert!(text.contains("pagoda:e2e_request_latency_seconds_bucket{le=\"2560\"} 4\n"));
-        assert!(text.contains("pagoda:e2e_request_latency_seconds_bucket{le=\"+Inf\"} 5\n"));
-        assert!(text.contains("pagoda:e2e_request_latency_seconds_count 5\n"));
+        let bucket = |le: &str, n: u32| {
+            format!(
+                "pagoda:e2e_request_latency_seconds_bucket{{model_name=\"m\",le=\"{le}\"}} {n}\n"
+            )
+        };
+        assert!(text.contains(&bucket("0.001", 1)), "{text}");
+        assert!(text.contains(&bucket("0.005", 3)));
+        assert!(text.contains(&bucket("2560", 4)));
+        assert!(text.contains(&bucket("+Inf", 5)));
+        assert!(text.contains("pagoda:e2e_request_latency_seconds_count{model_name=\"m\"} 5\n"));
     }
 
     #[test]
