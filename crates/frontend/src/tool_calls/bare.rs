@@ -6,7 +6,7 @@
 
 use serde_json::Value;
 
-use super::schema_check::conforms;
+use super::schema_check::{conforms, fully_checked};
 use super::{ParsedToolCall, call_from_json};
 
 /// The tools a request declared: name and parameter schema.
@@ -25,6 +25,18 @@ impl DeclaredTools {
                     let schema = f.get("parameters").cloned().unwrap_or(Value::Bool(true));
                     Some((name, schema))
                 })
+                .collect(),
+        )
+    }
+
+    /// Only the tools whose schemas [`conforms`] checks in full: a bare call of a strict tool
+    /// is taken only when its arguments are known to satisfy the schema, as the grammar would
+    /// have made them.
+    pub fn fully_checked(self) -> Self {
+        Self(
+            self.0
+                .into_iter()
+                .filter(|(_, s)| fully_checked(s))
                 .collect(),
         )
     }

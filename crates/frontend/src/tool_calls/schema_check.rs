@@ -2,6 +2,8 @@
 //! (no grammar): the keywords tool schemas use (`type`, `enum`, `const`, `properties`,
 //! `required`, `additionalProperties: false`, `items`, `anyOf` / `oneOf` / `allOf`); other
 //! keywords do not reject. A reply is only taken as a call when its arguments fit.
+//! [`fully_checked`] tells whether a schema uses nothing else, so that fitting it means
+//! satisfying it (what a strict tool promises).
 
 use serde_json::Value;
 
@@ -74,6 +76,52 @@ pub fn conforms(v: &Value, schema: &Value) -> bool {
     true
 }
 
+/// Keywords [`conforms`] checks, and those that constrain nothing (annotations).
+const CHECKED: &[&str] = &[
+    "type",
+    "enum",
+    "const",
+    "properties",
+    "required",
+    "additionalProperties",
+    "items",
+    "anyOf",
+    "oneOf",
+    "allOf",
+    "title",
+    "description",
+    "default",
+    "examples",
+    "$schema",
+    "$id",
+    "$comment",
+    "deprecated",
+    "readOnly",
+    "writeOnly",
+];
+
+/// True when every keyword of `schema`, at every depth, is one [`conforms`] checks or an
+/// annotation: then arguments that conform satisfy the schema. `pattern`, `minimum`,
+/// `format`, `$ref` and the like make it false.
+pub fn fully_checked(schema: &Value) -> bool {
+    let Some(s) = schema.as_object() else {
+        return schema.is_boolean();
+    };
+    s.iter().all(|(k, v)| {
+        if !CHECKED.contains(&k.as_str()) {
+            return false;
+        }
+        match k.as_str() {
+            "properties" => v.as_object().is_some_and(|p| p.values().all(fully_checked)),
+            "items" | "additionalProperties" => fully_checked(v),
+            "anyOf" | "oneOf" | "allOf" => v
+                .as_array()
+                .is_some_and(|alts| alts.iter().all(fully_checked)),
+            _ => true,
+        }
+    })
+}
+
 fn has_type(v: &Value, name: &str) -> bool {
     match name {
         "object" => v.is_object(),
@@ -115,5 +163,24 @@ mod tests {
             &json!([1, 2]),
             &json!({"type": "array", "items": {"type": "integer"}})
         ));
+    }
+
+    #[test]
+    fn a_schema_is_fully_checked_only_with_keywords_conforms_checks() {
+        let plain = json!({"type": "object", "description": "d",
+            "properties": {"city": {"type": "string", "title": "City"},
+                           "tags": {"type": "array", "items": {"enum": ["a", "b"]}}},
+            "required": ["city"], "additionalProperties": false});
+        assert!(fully_checked(&plain));
+        assert!(fully_checked(&json!(true)));
+        for unchecked in [
+            json!({"type": "string", "pattern": "^a"}),
+            json!({"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}}),
+            json!({"anyOf": [{"type": "string", "format": "date"}]}),
+            json!({"$ref": "#/$defs/x"}),
+            json!({"type": "array", "items": {"type": "string", "maxLength": 3}}),
+        ] {
+            assert!(!fully_checked(&unchecked), "{unchecked}");
+        }
     }
 }

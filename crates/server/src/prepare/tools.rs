@@ -175,18 +175,24 @@ fn check_tool(i: usize, t: &Value, ignored: &mut Ignored) -> Result<(), Validati
 }
 
 impl ToolSetup {
-    /// The parser of a reply: the format's markup; under `auto` in a native format (no
-    /// grammar), also a reply that is exactly a bare or fenced call of a declared tool.
+    /// The parser of a reply: the format's markup; under `auto` in a native format, also a
+    /// reply that is exactly a bare or fenced call of a declared tool.
     pub fn call_stream(&self) -> ToolCallStream {
         let stream = ToolCallStream::new(self.format);
-        // Under a strict grammar a call is written in the format's tags or not at all: text
-        // that looks like a call is text.
-        if self.choice == ToolChoice::Auto && self.format != ToolCallFormat::Generic && !self.strict
-        {
-            stream.with_bare_calls(DeclaredTools::from_openai(&self.tools))
-        } else {
-            stream
+        if self.choice != ToolChoice::Auto || self.format == ToolCallFormat::Generic {
+            return stream;
         }
+        let declared = DeclaredTools::from_openai(&self.tools);
+        // Under a strict tool's grammar, text outside the call tags is free: small models write
+        // untagged calls there (openai-agents' and pydantic-ai's runs did). Such a call counts
+        // only when its tool's schema is one whose every keyword is checked, so the arguments
+        // are known to satisfy it as the grammar would have made them.
+        let declared = if self.strict {
+            declared.fully_checked()
+        } else {
+            declared
+        };
+        stream.with_bare_calls(declared)
     }
 
     /// Whether the request named the one function to call (OpenAI then reports
@@ -247,5 +253,45 @@ impl TemplateTools for ToolSetup {
             }
         }
         list
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strict_setup(parameters: Value) -> ToolSetup {
+        ToolSetup {
+            format: ToolCallFormat::Hermes,
+            tools: vec![
+                json!({"type": "function", "function": {"name": "get_weather",
+                "strict": true, "parameters": parameters}}),
+            ],
+            choice: ToolChoice::Auto,
+            inject: false,
+            strict: true,
+        }
+    }
+
+    fn calls_in(setup: &ToolSetup, reply: &str) -> usize {
+        let mut stream = setup.call_stream();
+        stream.push(reply);
+        stream.finish();
+        stream.num_calls()
+    }
+
+    #[test]
+    fn an_untagged_call_of_a_strict_tool_counts_when_its_schema_is_checked_in_full() {
+        let reply = r#"{"name": "get_weather", "arguments": {"city": "Paris"}}"#;
+        let checked = json!({"type": "object", "properties": {"city": {"type": "string"}},
+            "required": ["city"], "additionalProperties": false});
+        assert_eq!(calls_in(&strict_setup(checked.clone()), reply), 1);
+        // Arguments outside the schema stay text.
+        let wrong = r#"{"name": "get_weather", "arguments": {"town": "Paris"}}"#;
+        assert_eq!(calls_in(&strict_setup(checked), wrong), 0);
+        // A keyword the check cannot judge (`pattern`): the call is not known to fit.
+        let unchecked = json!({"type": "object",
+            "properties": {"city": {"type": "string", "pattern": "^[A-Z]"}}});
+        assert_eq!(calls_in(&strict_setup(unchecked), reply), 0);
     }
 }
