@@ -277,9 +277,14 @@ impl AppState {
         if let Some(l) = self.0.loaded.get() {
             return Ok(l);
         }
-        if self.0.embedder.get().is_some() {
+        if let Some(e) = self.0.embedder.get() {
             return Err(ValidationError::WrongTask {
-                serves: "embeddings (POST /v1/embeddings)",
+                model: self.config().served_model_name.clone(),
+                serves: if e.cross_encoder {
+                    "scores of text pairs (POST /v1/rerank, POST /v1/score)"
+                } else {
+                    "embeddings (POST /v1/embeddings)"
+                },
                 endpoint: "generation (completions, chat, tokenize)",
             }
             .into());
@@ -287,15 +292,33 @@ impl AppState {
         Err(ApiError::unavailable("the model is still loading"))
     }
 
-    /// The embedding model, or 503 while it loads (400 when the model generates text).
+    /// The embedding model, or 503 while it loads (400 when the model generates text or is a
+    /// cross-encoder, which has no embeddings).
     pub fn embedder(&self) -> Result<&Embedder, ApiError> {
+        const ENDPOINT: &str = "embeddings (POST /v1/embeddings, POST /embed)";
+        let e = self.encoder_for(ENDPOINT)?;
+        if e.cross_encoder {
+            return Err(ValidationError::WrongTask {
+                model: self.config().served_model_name.clone(),
+                serves: "scores of text pairs (POST /v1/rerank, POST /v1/score)",
+                endpoint: ENDPOINT,
+            }
+            .into());
+        }
+        Ok(e)
+    }
+
+    /// The encoder (embedding model or cross-encoder) for `endpoint`, or 503 while it loads
+    /// (400 naming `endpoint` when the model generates text).
+    pub fn encoder_for(&self, endpoint: &'static str) -> Result<&Embedder, ApiError> {
         if let Some(e) = self.0.embedder.get() {
             return Ok(e);
         }
         if self.0.loaded.get().is_some() {
             return Err(ValidationError::WrongTask {
+                model: self.config().served_model_name.clone(),
                 serves: "text generation",
-                endpoint: "POST /v1/embeddings",
+                endpoint,
             }
             .into());
         }

@@ -16,5 +16,6 @@ mod lora;
 mod metrics_names;
 mod openai_conformance;
 mod operations;
+mod rerank;
 mod structured;
 mod tenants;

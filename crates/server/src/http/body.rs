@@ -42,6 +42,15 @@ impl WireRequest for pagoda_protocol::EmbeddingRequest {
 impl WireRequest for pagoda_protocol::tei::TeiEmbedRequest {
     const MINIMAL: &'static str = r#"{"inputs":"i"}"#;
 }
+impl WireRequest for pagoda_protocol::RerankRequest {
+    const MINIMAL: &'static str = r#"{"query":"q","documents":[]}"#;
+}
+impl WireRequest for pagoda_protocol::tei::AnyRerankRequest {
+    const MINIMAL: &'static str = r#"{"query":"q","texts":[]}"#;
+}
+impl WireRequest for pagoda_protocol::ScoreRequest {
+    const MINIMAL: &'static str = r#"{"text_1":"a","text_2":"b"}"#;
+}
 impl WireRequest for pagoda_protocol::DetokenizeRequest {
     const MINIMAL: &'static str = r#"{"tokens":[]}"#;
 }
@@ -71,7 +80,7 @@ impl<T: WireRequest> FromRequest<AppState> for JsonBody<T> {
     }
 }
 
-/// Parses `bytes` as `T`, naming the offending field when one has the wrong type.
+/// Parses `bytes` as `T`, naming the offending field when one has the wrong type or is missing.
 pub fn parse<T: WireRequest>(bytes: &[u8]) -> Result<T, ValidationError> {
     let value: Value = serde_json::from_slice(bytes)
         .map_err(|e| ValidationError::body(None, format!("the body is not valid JSON: {e}")))?;
@@ -88,7 +97,15 @@ pub fn parse<T: WireRequest>(bytes: &[u8]) -> Result<T, ValidationError> {
                 let message = format!("`{field}`: {}", explain(&e));
                 ValidationError::body(Some(field), message)
             }
-            None => ValidationError::body(None, format!("invalid request: {}", explain(&e))),
+            None => {
+                // A required field is missing: serde names it, and so does `param`.
+                let msg = explain(&e);
+                let missing = msg
+                    .strip_prefix("missing field `")
+                    .and_then(|rest| rest.split('`').next())
+                    .map(str::to_owned);
+                ValidationError::body(missing, format!("invalid request: {msg}"))
+            }
         }),
     }
 }
@@ -169,5 +186,6 @@ mod tests {
             "{}",
             e.body.error.message
         );
+        assert_eq!(e.body.error.param.as_deref(), Some("messages"));
     }
 }

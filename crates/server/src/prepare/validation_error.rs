@@ -132,8 +132,9 @@ pub enum ValidationError {
         truncate_hint: &'static str,
     },
     /// An endpoint of another task than the one the loaded model serves.
-    #[error("this model serves {serves}; {endpoint} is not available")]
+    #[error("the model `{model}` serves {serves}; {endpoint} is not available")]
     WrongTask {
+        model: String,
         serves: &'static str,
         endpoint: &'static str,
     },

@@ -24,10 +24,11 @@ pub async fn models(State(state): State<AppState>) -> Response {
         card.root = Some(l.model_path.clone());
         card.max_model_len = Some(l.engine.max_model_len() as u32);
         card.task = Some("generate".to_owned());
-    } else if let Ok(e) = state.embedder() {
+    } else if let Ok(e) = state.encoder_for("GET /v1/models") {
         card.root = Some(e.model_path.clone());
         card.max_model_len = Some(e.max_seq_len as u32);
-        card.task = Some("embed".to_owned());
+        // vLLM's names: a cross-encoder serves `score` (rerank and score), others `embed`.
+        card.task = Some(if e.cross_encoder { "score" } else { "embed" }.to_owned());
     }
     let mut cards = vec![card];
     cards.extend(adapters);
