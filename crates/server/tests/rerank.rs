@@ -391,6 +391,18 @@ async fn rerank_and_score_on_a_cross_encoder() {
     assert_eq!(s, 400, "{v}");
     let msg = error_of(&v)["message"].as_str().unwrap().to_owned();
     assert!(msg.contains(m) && msg.contains("/v1/rerank"), "{v}");
+    let (s, v) = post(
+        &server,
+        "/v1/completions",
+        json!({"model": m, "prompt": "x"}),
+    )
+    .await;
+    assert_eq!(s, 400, "{v}");
+    let msg = error_of(&v)["message"].as_str().unwrap().to_owned();
+    assert!(
+        msg.contains(m) && msg.contains("scores of text pairs"),
+        "{v}"
+    );
     let (s, v) = post(&server, "/embed", json!({"inputs": "x"})).await;
     assert!(s == 400 || s == 413, "{s} {v}");
     assert!(v["error"].as_str().unwrap().contains("embeddings"), "{v}");

@@ -147,6 +147,18 @@ fn explain(e: &serde_json::Error) -> String {
             "enum ResponseInput",
             "expected a string or an array of input items",
         ),
+        (
+            "enum RerankDocument",
+            "expected a string or an object with a `text` string",
+        ),
+        (
+            "enum ScoreTexts",
+            "expected a string or an array of strings",
+        ),
+        (
+            "enum AnyRerankRequest",
+            "expected TEI's `query` and `texts`, or vLLM's `query` and `documents`",
+        ),
     ];
     for (needle, text) in shapes {
         if msg.contains(needle) {
@@ -172,6 +184,10 @@ mod tests {
         let body = e.map(|e| ApiError::from(e).body.error).expect("error");
         assert_eq!(body.param.as_deref(), Some("prompt"));
         assert!(body.message.contains("token ids"), "{}", body.message);
+        let e = parse::<pagoda_protocol::RerankRequest>(br#"{"query":"q","documents":[3]}"#).err();
+        let body = e.map(|e| ApiError::from(e).body.error).expect("error");
+        assert_eq!(body.param.as_deref(), Some("documents"));
+        assert!(body.message.contains("`text`"), "{}", body.message);
     }
 
     #[test]
