@@ -13,21 +13,7 @@ use pagoda_frontend::HfTokenizer;
 use pagoda_hf::Quantization;
 use pagoda_model::{Encoder, EncoderScratch};
 
-const QUERY: &str = "How do I reset my password?";
-const DOCUMENTS: [&str; 12] = [
-    "I forgot my password and cannot log in.",
-    "Click 'Forgot password' on the sign-in page to get a reset link.",
-    "The stock market fell sharply this morning.",
-    "Photosynthesis converts light energy into chemical energy.",
-    "Passwords must be at least twelve characters long.",
-    "Le chat dort sur le canapé.",
-    "Reset your router by holding the button for ten seconds.",
-    "猫在沙发上睡觉。",
-    "Contact support if the reset email does not arrive.",
-    "A man is playing a guitar.",
-    "Your account is locked after five failed attempts.",
-    "x",
-];
+use pagoda_testkit::tiny_cross_encoder::{DOCUMENTS, QUERY};
 
 #[test]
 fn cross_encoder_matches_a_numpy_forward_pass() {

@@ -9,30 +9,13 @@
 
 use crate::common;
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use common::{TestServer, client, config, error_of, small_setup};
 use pagoda_frontend::HfTokenizer;
 use pagoda_server::ServerConfig;
+use pagoda_testkit::tiny_cross_encoder::{DOCUMENTS, QUERY};
 use serde_json::{Value, json};
-
-const QUERY: &str = "How do I reset my password?";
-const DOCUMENTS: [&str; 12] = [
-    "I forgot my password and cannot log in.",
-    "The stock market fell sharply this morning.",
-    "Click 'Forgot password' on the sign-in page to get a reset link.",
-    "Photosynthesis converts light energy into chemical energy.",
-    "Passwords must be at least twelve characters long.",
-    "Le chat dort sur le canapé.",
-    "Reset your router by holding the button for ten seconds.",
-    "猫在沙发上睡觉。",
-    "Contact support if the reset email does not arrive.",
-    "A man is playing a guitar.",
-    "Your account is locked after five failed attempts.",
-    "Die Katze schläft auf dem Sofa.",
-];
 
 fn minilm() -> PathBuf {
     common::fetched_dir("minilm", "all-MiniLM-L6-v2")
@@ -41,24 +24,17 @@ fn minilm() -> PathBuf {
 /// bert_reference.py's output for `input` (token-id lists, or pairs `{"ids", "second"}`).
 fn numpy(dir: &Path, input: &Value) -> Vec<Vec<f64>> {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../model/tests/bert_reference.py");
-    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_owned());
-    let mut child = Command::new(python)
-        .arg(&script)
-        .arg(dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let bytes = serde_json::to_vec(input).unwrap();
-    child.stdin.take().unwrap().write_all(&bytes).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    let out = pagoda_testkit::python_reference::python_reference(&script, dir, input);
+    serde_json::from_value(out).unwrap()
+}
+
+/// A server for the encoder at `dir`, in f32.
+fn start(dir: PathBuf) -> TestServer {
+    let config = ServerConfig {
+        quantization: pagoda_hf::Quantization::None,
+        ..config()
+    };
+    TestServer::start_model(dir, small_setup(), config)
 }
 
 fn cosine(a: &[f64], b: &[f64]) -> f64 {
@@ -72,15 +48,17 @@ async fn post(server: &TestServer, path: &str, body: Value) -> (u16, Value) {
 }
 
 /// Checks a rerank answer against `want` (one reference score per document): every score
-/// within `tol`, results most relevant first, each index once.
-fn check_ranking(v: &Value, want: &[f64], tol: f64) {
+/// within `tol`, results most relevant first, each index once; prints the worst error.
+fn check_ranking(what: &str, v: &Value, want: &[f64], tol: f64) {
     let results = v["results"].as_array().unwrap();
     assert_eq!(results.len(), want.len(), "{v}");
     let mut prev = f64::INFINITY;
     let mut seen = vec![false; want.len()];
+    let mut worst = 0f64;
     for r in results {
         let i = r["index"].as_u64().unwrap() as usize;
         let got = r["relevance_score"].as_f64().unwrap();
+        worst = worst.max((got - want[i]).abs());
         assert!(
             (got - want[i]).abs() < tol,
             "document {i}: {got} vs reference {}",
@@ -90,6 +68,10 @@ fn check_ranking(v: &Value, want: &[f64], tol: f64) {
         prev = got;
         assert!(!std::mem::replace(&mut seen[i], true), "index {i} twice");
     }
+    println!(
+        "{what}: worst score error {worst:e} over {} documents",
+        want.len()
+    );
 }
 
 /// The 400 of `body` on `path`: its `param` and a piece of its message.
@@ -105,14 +87,7 @@ async fn refused(server: &TestServer, path: &str, body: Value, param: &str, need
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rerank_and_score_on_a_bi_encoder() {
     let dir = minilm();
-    let server = TestServer::start_model(
-        dir.clone(),
-        small_setup(),
-        ServerConfig {
-            quantization: pagoda_hf::Quantization::None,
-            ..config()
-        },
-    );
+    let server = start(dir.clone());
     let m = common::MODEL;
     let tok = HfTokenizer::from_file(&dir.join("tokenizer.json")).unwrap();
     let mut ids = vec![tok.encode(QUERY).unwrap()];
@@ -134,7 +109,7 @@ async fn rerank_and_score_on_a_bi_encoder() {
     assert!(v["id"].as_str().unwrap().starts_with("rerank-"), "{v}");
     assert_eq!(v["model"], m);
     assert_eq!(v["usage"]["total_tokens"], tokens, "{v}");
-    check_ranking(&v, &want, 1e-4);
+    check_ranking("bi-encoder", &v, &want, 1e-4);
     let top = v["results"][0]["index"].as_u64().unwrap() as usize;
     assert_eq!(v["results"][0]["document"]["text"], DOCUMENTS[top], "{v}");
     assert!(
@@ -299,14 +274,7 @@ async fn rerank_and_score_on_a_cross_encoder() {
     let dir = std::env::temp_dir().join(format!("pagoda-server-rerank-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     pagoda_testkit::tiny_cross_encoder::write(&dir, &tokenizer, 30522, 11).unwrap();
-    let server = TestServer::start_model(
-        dir.clone(),
-        small_setup(),
-        ServerConfig {
-            quantization: pagoda_hf::Quantization::None,
-            ..config()
-        },
-    );
+    let server = start(dir.clone());
     let m = common::MODEL;
     let tok = HfTokenizer::from_file(&tokenizer).unwrap();
     // The reference's pairs are built here from single-text tokenizations: [CLS] query [SEP]
@@ -339,7 +307,7 @@ async fn rerank_and_score_on_a_cross_encoder() {
     )
     .await;
     assert_eq!(s, 200, "{v}");
-    check_ranking(&v, &want, 1e-5);
+    check_ranking("cross-encoder", &v, &want, 1e-5);
     let (s, sc) = post(
         &server,
         "/v1/score",

@@ -1,7 +1,8 @@
 //! A tiny random `BertForSequenceClassification` checkpoint (a cross-encoder): HF's names and
 //! layouts written here from transformers' conventions (`bert.*`, the pooler, a one-label
 //! `classifier`), F32 safetensors, `config.json`, and a WordPiece `tokenizer.json` copied from
-//! a real BERT model so that pairs tokenize as a user's reranker's would.
+//! a real BERT model so that pairs tokenize as a user's reranker's would; and the query and
+//! documents the tests score.
 
 use std::io;
 use std::path::Path;
@@ -11,6 +12,23 @@ use rand_chacha::ChaCha8Rng;
 use serde_json::json;
 
 use crate::hf_checkpoint::write_safetensors;
+
+/// A query and a dozen documents (several languages, a one-letter one) the tests score.
+pub const QUERY: &str = "How do I reset my password?";
+pub const DOCUMENTS: [&str; 12] = [
+    "I forgot my password and cannot log in.",
+    "The stock market fell sharply this morning.",
+    "Click 'Forgot password' on the sign-in page to get a reset link.",
+    "Photosynthesis converts light energy into chemical energy.",
+    "Passwords must be at least twelve characters long.",
+    "Le chat dort sur le canapé.",
+    "Reset your router by holding the button for ten seconds.",
+    "猫在沙发上睡觉。",
+    "Contact support if the reset email does not arrive.",
+    "A man is playing a guitar.",
+    "Your account is locked after five failed attempts.",
+    "x",
+];
 
 /// The tiny model's shape (the vocabulary is the copied tokenizer's).
 pub const HIDDEN: usize = 32;
