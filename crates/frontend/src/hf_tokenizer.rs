@@ -36,6 +36,27 @@ impl HfTokenizer {
             .map_err(|e| TokenizerError::Json(e.to_string()))
     }
 
+    /// The ids of the pair (`first`, `second`) as the tokenizer's post-processor joins them
+    /// (BERT's `[CLS] first [SEP] second [SEP]`), and where the second segment starts: the
+    /// first token of token type 1 (the length when the template gives none).
+    pub fn encode_pair(
+        &self,
+        first: &str,
+        second: &str,
+    ) -> Result<(Vec<u32>, usize), TokenizerError> {
+        let e = self
+            .inner
+            .encode((first, second), true)
+            .map_err(|e| TokenizerError::Json(e.to_string()))?;
+        let ids = e.get_ids().to_vec();
+        let from = e
+            .get_type_ids()
+            .iter()
+            .position(|&t| t != 0)
+            .unwrap_or(ids.len());
+        Ok((ids, from))
+    }
+
     pub fn vocab_size(&self) -> usize {
         self.inner.get_vocab_size(true)
     }

@@ -26,6 +26,14 @@ pub fn is_encoder_dir(path: &Path) -> bool {
             .is_ok_and(|a| a.is_encoder())
 }
 
+/// Whether `path` is a checkpoint directory of a cross-encoder (scores text pairs).
+pub fn is_cross_encoder_dir(path: &Path) -> bool {
+    is_checkpoint_dir(path)
+        && HfConfig::read(&path.join("config.json"))
+            .and_then(|c| c.arch())
+            .is_ok_and(|a| a == crate::config::Arch::BertCrossEncoder)
+}
+
 #[derive(Deserialize)]
 struct Index {
     weight_map: HashMap<String, String>,

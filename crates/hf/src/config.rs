@@ -16,6 +16,10 @@ pub enum Arch {
     Gemma3,
     /// BERT encoders (sentence-transformers models such as all-MiniLM-L6-v2).
     Bert,
+    /// A BERT encoder with its classification head (`BertForSequenceClassification`: the
+    /// pooler's dense + tanh on [CLS], then the classifier), a cross-encoder scoring text pairs
+    /// (sentence-transformers' CrossEncoder, e.g. cross-encoder/ms-marco-MiniLM-L-6-v2).
+    BertCrossEncoder,
     /// Gemma 3's layers with bidirectional attention (EmbeddingGemma's `Gemma3TextModel`),
     /// llama.cpp's `gemma-embedding`.
     GemmaEmbedding,
@@ -24,7 +28,15 @@ pub enum Arch {
 impl Arch {
     /// Whether this is an encoder whose output is an embedding, not next-token logits.
     pub fn is_encoder(self) -> bool {
-        matches!(self, Self::Bert | Self::GemmaEmbedding)
+        matches!(
+            self,
+            Self::Bert | Self::BertCrossEncoder | Self::GemmaEmbedding
+        )
+    }
+
+    /// Whether the layers are BERT's (names, LayerNorm epsilon).
+    pub fn is_bert(self) -> bool {
+        matches!(self, Self::Bert | Self::BertCrossEncoder)
     }
 
     /// Whether the layers are Gemma 3's (names, `1 + w` norms, defaults).
@@ -38,7 +50,7 @@ impl Arch {
             Self::Qwen2 => "qwen2",
             Self::Qwen3 => "qwen3",
             Self::Gemma3 => "gemma3",
-            Self::Bert => "bert",
+            Self::Bert | Self::BertCrossEncoder => "bert",
             Self::GemmaEmbedding => "gemma-embedding",
         }
     }
@@ -127,6 +139,7 @@ impl HfConfig {
                 Arch::Gemma3
             }
             "BertModel" | "bert" => Arch::Bert,
+            "BertForSequenceClassification" => Arch::BertCrossEncoder,
             // The bare text model has no LM head: pagoda runs it only as EmbeddingGemma's
             // encoder.
             "Gemma3TextModel" if self.use_bidirectional_attention == Some(true) => {

@@ -24,6 +24,10 @@ pub fn convert(dir: &Path, quantization: Quantization) -> Result<GgufFile, HfErr
     let mut out = GgufAssembly::new();
     add_metadata(&mut out, cfg, arch);
     add_tensors(&mut out, &ckpt, arch, quantization)?;
+    if arch == Arch::BertCrossEncoder {
+        crate::cross_encoder::add_head(&mut out, &ckpt, arch.gguf_name())?;
+        return Ok(out.finish());
+    }
     if arch.is_encoder() {
         // Encoders tokenize with tokenizer.json itself (WordPiece), not GGUF tokenizer keys.
         // EmbeddingGemma's config.json does not list its Matryoshka lengths; its model card
@@ -93,7 +97,7 @@ fn add_metadata(out: &mut GgufAssembly, cfg: &HfConfig, arch: Arch) {
     out.kv(&format!("{a}.attention.key_length"), u32v(cfg.head_dim()));
     out.kv(&format!("{a}.attention.value_length"), u32v(cfg.head_dim()));
     out.kv(&format!("{a}.rope.dimension_count"), u32v(cfg.head_dim()));
-    if arch == Arch::Bert {
+    if arch.is_bert() {
         let eps = cfg.layer_norm_eps.unwrap_or(1e-12);
         out.kv(
             &format!("{a}.attention.layer_norm_epsilon"),

@@ -17,7 +17,7 @@ pub enum HfError {
     #[error("config.json: {0}")]
     Config(String),
     #[error(
-        "architecture {0} is not supported (pagoda runs LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma3ForCausalLM, BertModel, Gemma3TextModel with bidirectional attention)"
+        "architecture {0} is not supported (pagoda runs LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma3ForCausalLM, BertModel, BertForSequenceClassification, Gemma3TextModel with bidirectional attention)"
     )]
     UnsupportedArchitecture(String),
     #[error("tensor {0} is missing from the checkpoint")]

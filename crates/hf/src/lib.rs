@@ -7,6 +7,7 @@
 mod checkpoint;
 mod config;
 mod convert;
+mod cross_encoder;
 mod error;
 mod matrix_bytes;
 mod peft;
@@ -17,9 +18,10 @@ mod sentence_transformers;
 mod tensor_names;
 mod tokenizer_json;
 
-pub use checkpoint::{Checkpoint, is_checkpoint_dir, is_encoder_dir};
+pub use checkpoint::{Checkpoint, is_checkpoint_dir, is_cross_encoder_dir, is_encoder_dir};
 pub use config::HfConfig;
 pub use convert::convert;
+pub use cross_encoder::POOLING_RANK;
 pub use error::HfError;
 pub use peft::{LoraBase, convert_lora, is_peft_dir};
 pub use quantization::Quantization;

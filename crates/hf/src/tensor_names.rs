@@ -28,6 +28,18 @@ pub fn gguf_name(
     if arch == Arch::Bert {
         return bert_name(name).map(|n| (n, Transform::None));
     }
+    if arch == Arch::BertCrossEncoder {
+        // The head under llama.cpp's reranker names (`cls` then `cls.output`, as its RANK
+        // pooling reads them); a plain BertModel's pooler is not used, so not converted.
+        let head = match name.rsplit_once('.') {
+            Some(("bert.pooler.dense" | "pooler.dense", suffix)) => Some(format!("cls.{suffix}")),
+            Some(("classifier", suffix)) => Some(format!("cls.output.{suffix}")),
+            _ => None,
+        };
+        return head
+            .or_else(|| bert_name(name))
+            .map(|n| (n, Transform::None));
+    }
     // EmbeddingGemma's tensors are Gemma 3's.
     let arch = if arch == Arch::GemmaEmbedding {
         Arch::Gemma3
@@ -182,5 +194,17 @@ mod tests {
             g(Arch::Llama, "model.layers.0.self_attn.rotary_emb.inv_freq"),
             None
         );
+        // A cross-encoder's head under llama.cpp's reranker names; a BertModel's pooler unused.
+        let ce = |n| g(Arch::BertCrossEncoder, n).map(|(n, _)| n);
+        assert_eq!(
+            ce("bert.pooler.dense.weight").as_deref(),
+            Some("cls.weight")
+        );
+        assert_eq!(ce("classifier.bias").as_deref(), Some("cls.output.bias"));
+        assert_eq!(
+            ce("bert.encoder.layer.1.attention.self.query.weight").as_deref(),
+            Some("blk.1.attn_q.weight")
+        );
+        assert_eq!(g(Arch::Bert, "pooler.dense.weight"), None);
     }
 }

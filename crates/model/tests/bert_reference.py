@@ -1,9 +1,13 @@
 """An independent BERT sentence-embedding forward pass in numpy (float64), for checking
 pagoda's encoder: reads model.safetensors and the sentence-transformers modules of MODEL_DIR,
 takes token-id sequences as JSON on stdin, prints one embedding per sequence as JSON.
+A sequence is a list of ids (token type 0), or {"ids": [...], "second": k}: a pair whose ids
+from k on are of token type 1.
 
-Follows transformers' BertModel (absolute positions, token type 0, post-LayerNorm, erf GELU,
-bidirectional attention with no padding) and sentence-transformers' Pooling/Normalize."""
+Follows transformers' BertModel (absolute positions, token types, post-LayerNorm, erf GELU,
+bidirectional attention with no padding) and sentence-transformers' Pooling/Normalize; for a
+BertForSequenceClassification checkpoint (a cross-encoder), its head instead: the pooler
+(dense + tanh on [CLS]) and the classifier, printing each pair's logits."""
 
 import json
 import math
@@ -42,14 +46,18 @@ def main() -> None:
     w = load(d / "model.safetensors")
     p = lambda name: w.get(name, w.get("bert." + name))  # noqa: E731
     heads, eps = cfg["num_attention_heads"], cfg["layer_norm_eps"]
-    modules = json.loads((d / "modules.json").read_text())
-    pooling = json.loads((d / "1_Pooling" / "config.json").read_text())
-    normalize = any(m["type"].endswith("Normalize") for m in modules)
+    classifier = "BertForSequenceClassification" in cfg.get("architectures", [])
+    if not classifier:
+        modules = json.loads((d / "modules.json").read_text())
+        pooling = json.loads((d / "1_Pooling" / "config.json").read_text())
+        normalize = any(m["type"].endswith("Normalize") for m in modules)
     out = []
-    for ids in json.loads(sys.stdin.read()):
+    for seq in json.loads(sys.stdin.read()):
+        ids, second = (seq["ids"], seq["second"]) if isinstance(seq, dict) else (seq, len(seq))
         n = len(ids)
         x = p("embeddings.word_embeddings.weight")[ids] + p("embeddings.position_embeddings.weight")[:n]
-        x = x + p("embeddings.token_type_embeddings.weight")[0]
+        types = np.array([0] * second + [1] * (n - second))
+        x = x + p("embeddings.token_type_embeddings.weight")[types]
         x = layer_norm(x, p("embeddings.LayerNorm.weight"), p("embeddings.LayerNorm.bias"), eps)
         for i in range(cfg["num_hidden_layers"]):
             L = f"encoder.layer.{i}."
@@ -65,6 +73,10 @@ def main() -> None:
             h = lin(x, "intermediate.dense")
             h = 0.5 * h * (1.0 + erf(h / math.sqrt(2.0)))
             x = layer_norm(x + lin(h, "output.dense"), p(L + "output.LayerNorm.weight"), p(L + "output.LayerNorm.bias"), eps)
+        if classifier:
+            pooled = np.tanh(x[0] @ p("pooler.dense.weight").T + p("pooler.dense.bias"))
+            out.append((pooled @ w["classifier.weight"].T + w["classifier.bias"]).tolist())
+            continue
         if pooling.get("pooling_mode_cls_token"):
             e = x[0]
         else:

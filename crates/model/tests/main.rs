@@ -6,6 +6,7 @@ mod batch_validation;
 mod chunking;
 mod common;
 mod context_shift;
+mod cross_encoder;
 mod embeddinggemma;
 mod embeddings;
 mod engine;

@@ -76,6 +76,12 @@ pub fn run(args: EmbedArgs) -> anyhow::Result<()> {
         Default::default(),
     )
     .with_context(|| format!("cannot load {}", args.model.display()))?;
+    if embedder.cross_encoder {
+        anyhow::bail!(
+            "{} is a cross-encoder: it scores text pairs (serve it for POST /v1/rerank and /v1/score) and has no embeddings",
+            args.model.display()
+        );
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .context("cannot start the async runtime")?;

@@ -14,7 +14,9 @@ pub mod completions;
 pub mod embeddings;
 pub mod error;
 pub mod models;
+pub mod rerank;
 pub mod responses;
+pub mod score;
 pub mod sse;
 pub mod tei;
 pub mod tokenize;
@@ -37,6 +39,10 @@ pub use embeddings::{
 };
 pub use error::{ErrorBody, ErrorResponse};
 pub use models::{ModelCard, ModelList};
+pub use rerank::{
+    RerankDocument, RerankRequest, RerankResponse, RerankResult, RerankResultDocument, RerankUsage,
+};
+pub use score::{ScoreData, ScoreRequest, ScoreResponse, ScoreTexts};
 pub use sse::{SseEvent, SseParser};
 pub use tokenize::{DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse};
 
@@ -104,6 +110,16 @@ mod fields_tests {
             tei::TeiEmbedRequest::FIELDS,
             tei,
             |r: &tei::TeiEmbedRequest| &r.extra,
+        );
+        let rerank = json!({"model": "m", "query": "q", "documents": []});
+        all_known(RerankRequest::FIELDS, rerank, |r: &RerankRequest| &r.extra);
+        let score = json!({"model": "m", "text_1": "a", "text_2": "b"});
+        all_known(ScoreRequest::FIELDS, score, |r: &ScoreRequest| &r.extra);
+        let tei_rerank = json!({"query": "q", "texts": []});
+        all_known(
+            tei::TeiRerankRequest::FIELDS,
+            tei_rerank,
+            |r: &tei::TeiRerankRequest| &r.extra,
         );
         let detok = json!({"tokens": []});
         all_known(DetokenizeRequest::FIELDS, detok, |r: &DetokenizeRequest| {

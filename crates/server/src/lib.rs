@@ -76,6 +76,11 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/models", get(api::openai::models::models))
         .route("/v1/embeddings", post(api::openai::embeddings::embeddings))
         .route("/embed", post(api::tei::embed::embed))
+        .route("/v1/rerank", post(api::vllm::rerank::rerank))
+        .route("/v2/rerank", post(api::vllm::rerank::rerank))
+        .route("/rerank", post(api::tei::rerank::rerank))
+        .route("/v1/score", post(api::vllm::score::score))
+        .route("/score", post(api::vllm::score::score))
         .route("/tokenize", post(api::vllm::tokenize::tokenize))
         .route("/detokenize", post(api::vllm::tokenize::detokenize));
     let api = if state.config().lora.runtime_updates {

@@ -1,8 +1,9 @@
 //! `/v1/embeddings` on EmbeddingGemma-300M (fetched on demand, in-situ q8_0 as served by
 //! default): `/v1/models`' task and length, Matryoshka `dimensions: 256` (the full vector cut
 //! and re-normalised, matching sentences still closest), and a length it was not trained for
-//! refused with the ones it was; sentence-transformers' prompts by `prompt_name`; TEI's
-//! `/embed` (the same vectors, `normalize: false`, its error shape and statuses).
+//! refused with the ones it was; sentence-transformers' prompts by `prompt_name`, and the
+//! `query` and `document` ones under `/v1/score`; TEI's `/embed` (the same vectors,
+//! `normalize: false`, its error shape and statuses).
 #![allow(clippy::unwrap_used)]
 
 use crate::common;
@@ -132,6 +133,30 @@ async fn matryoshka_dimensions() {
     assert_eq!(body["error"]["param"], "prompt_name", "{body}");
     let msg = body["error"]["message"].as_str().unwrap_or_default();
     assert!(msg.contains("query") && msg.contains("document"), "{msg}");
+
+    // /v1/score embeds its first texts with the `query` prompt and its second ones with the
+    // `document` prompt: the score is the cosine of those two vectors, not of the bare texts.
+    let (s, doc) = post(
+        &server,
+        json!({"model": m, "input": input[1], "prompt_name": "document"}),
+    )
+    .await;
+    assert_eq!(s, 200, "{doc}");
+    let resp = client()
+        .post(server.url("/v1/score"))
+        .json(&json!({"model": m, "text_1": text, "text_2": input[1]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let score: Value = resp.json().await.unwrap();
+    let score = score["data"][0]["score"].as_f64().unwrap() as f32;
+    let want = dot(&vectors(&named)[0], &vectors(&doc)[0]);
+    assert!((score - want).abs() < 1e-5, "score {score} vs {want}");
+    assert!(
+        (score - dot(&full[0], &full[1])).abs() > 1e-3,
+        "the prompts changed nothing"
+    );
 
     // TEI's /embed: an array of arrays, the same vectors as /v1/embeddings (both normalise),
     // prompt_name and dimensions through the same rules.

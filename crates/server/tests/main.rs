@@ -17,5 +17,6 @@ mod metrics_names;
 mod models;
 mod openai_conformance;
 mod operations;
+mod rerank;
 mod structured;
 mod tenants;

@@ -1,11 +1,14 @@
 //! Test helpers shared by the pagoda crates (a dev-dependency only): a GGUF writer for crafting
 //! valid and deliberately corrupted files, tiny random models, and those models written as
-//! Hugging Face checkpoint directories, and the names-and-types check of a `/metrics` text.
+//! Hugging Face checkpoint directories, a tiny random cross-encoder checkpoint, the
+//! names-and-types check of a `/metrics` text, and the runner of the Python references.
 
 pub mod gguf_writer;
 pub mod hf_checkpoint;
 pub mod lora_adapter;
 pub mod metrics_names;
+pub mod python_reference;
+pub mod tiny_cross_encoder;
 pub mod tiny_model;
 
 /// A loopback port free at the time of asking, for a test server or publisher to bind (the

@@ -1,5 +1,6 @@
 //! The BERT stack over llama.cpp's `bert` GGUF names (what pagoda-hf converts a BertModel
-//! checkpoint into): embeddings (token + position + token type 0, LayerNorm), then per layer
+//! checkpoint into): embeddings (token + position + token type, LayerNorm: type 0, and 1 for a
+//! pair's second segment), then per layer
 //! `x = LN(x + attn(x))`, `x = LN(x + down(gelu(up(x))))`, attention bidirectional.
 
 use pagoda_kernels::ops::{bias_gelu_erf_rows, bias_residual_layer_norm_rows, layer_norm_rows};
@@ -118,24 +119,39 @@ impl Bert {
         &self.shape
     }
 
-    /// The last layer's states `[T][d]` of `seqs` (checked by the caller), one after another.
-    pub(crate) fn forward(&self, w: &Weights, seqs: &[&[u32]], s: &mut EncoderScratch) -> Vec<f32> {
+    /// Token types the model has embeddings for (a pair needs 2).
+    pub(crate) fn token_type_count(&self) -> usize {
+        self.token_types.as_ref().map_or(0, |t| t.rows)
+    }
+
+    /// The last layer's states `[T][d]` of `seqs` (checked by the caller), one after another;
+    /// the tokens of a sequence from `second[i]` on are of token type 1.
+    pub(crate) fn forward(
+        &self,
+        w: &Weights,
+        seqs: &[&[u32]],
+        second: &[usize],
+        s: &mut EncoderScratch,
+    ) -> Vec<f32> {
         let c = &self.shape;
         let d = c.d_model;
         let total: usize = seqs.iter().map(|s| s.len()).sum();
         let mut x = vec![0f32; total * d];
         let mut row = vec![0f32; d];
-        let mut type0 = vec![0f32; d];
+        let mut types = [vec![0f32; d], vec![0f32; d]];
         if let Some(tt) = &self.token_types {
-            w.dequantize_row(tt, 0, &mut type0);
+            for (i, t) in types.iter_mut().enumerate().take(tt.rows) {
+                w.dequantize_row(tt, i, t);
+            }
         }
         let mut at = 0;
-        for seq in seqs {
+        for (seq, &from) in seqs.iter().zip(second) {
             for (pos, &tok) in seq.iter().enumerate() {
                 let xr = &mut x[at * d..(at + 1) * d];
                 w.dequantize_row(&self.token_embd, tok as usize, xr);
                 w.dequantize_row(&self.position_embd, pos, &mut row);
-                for ((x, p), t) in xr.iter_mut().zip(&row).zip(&type0) {
+                let ty = &types[usize::from(pos >= from)];
+                for ((x, p), t) in xr.iter_mut().zip(&row).zip(ty) {
                     *x += p + t;
                 }
                 at += 1;

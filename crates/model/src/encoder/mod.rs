@@ -1,11 +1,13 @@
 //! Encoders for embeddings: a BERT stack (post-norm LayerNorm, erf GELU, absolute positions)
 //! and EmbeddingGemma's (Gemma 3's blocks, bidirectional), both attending bidirectionally
 //! through the paged-attention kernel, then sentence-transformers' pooling, Dense projections
-//! and L2 normalisation. An encoder keeps no KV cache: `embed` runs whole sequences, every
-//! linear layer once over all of their tokens.
+//! and L2 normalisation, or a cross-encoder's classifier head (`classifier.rs`). An encoder
+//! keeps no KV cache: `embed` runs whole sequences, every linear layer once over all of their
+//! tokens.
 
 mod attention;
 mod bert;
+mod classifier;
 mod gemma;
 mod pooling;
 
@@ -18,6 +20,7 @@ use crate::models::ForwardScratch;
 use crate::weights::{Linear, Weights};
 use attention::SeqAttention;
 use bert::Bert;
+use classifier::Classifier;
 use gemma::Gemma;
 pub use pooling::{Pooling, l2_normalize, truncate_normalized};
 
@@ -37,8 +40,12 @@ pub struct EncoderConfig {
     pub max_seq_len: usize,
     pub pooling: Pooling,
     pub normalize: bool,
-    /// Length of the output vectors (after the Dense projections).
+    /// Length of the output vectors (after the Dense projections); a cross-encoder's: its
+    /// labels' logits (1: the pair's relevance).
     pub output_dim: usize,
+    /// A cross-encoder (`Pooling::Rank` with a classifier head): its input is a pair of texts
+    /// and its output their logits, not an embedding.
+    pub cross_encoder: bool,
     /// Lengths a vector may be cut to (a Matryoshka model's, the full one included); empty
     /// when the model was not trained for it.
     pub matryoshka_dimensions: Vec<usize>,
@@ -82,6 +89,7 @@ pub struct Encoder {
     weights: Weights,
     stack: Stack,
     dense: Vec<Linear>,
+    head: Option<Classifier>,
 }
 
 pub(crate) fn key_usize(file: &GgufFile, key: &str) -> Result<usize, ModelError> {
@@ -117,6 +125,16 @@ impl Encoder {
             .get_usize("pagoda.embedding.max_seq_length")?
             .unwrap_or(shape.max_positions)
             .min(shape.max_positions);
+        let head = match (&stack, pooling) {
+            (Stack::Bert(_), Pooling::Rank) => Some(Classifier::load(&weights, shape.d_model)?),
+            (_, Pooling::Rank) => {
+                return Err(ModelError::BadKey {
+                    key: format!("{arch}.pooling_type"),
+                    reason: "rank pooling (a classifier head) is read for BERT only".into(),
+                });
+            }
+            _ => None,
+        };
         let n_dense = file.get_usize("pagoda.embedding.dense_count")?.unwrap_or(0);
         let mut dense = Vec::with_capacity(n_dense);
         let mut dim = shape.d_model;
@@ -129,6 +147,9 @@ impl Encoder {
             let bias = weights.has(&format!("dense.{i}.bias"));
             dense.push(weights.packed(weights.linear(&format!("dense.{i}"), rows, dim, bias)?));
             dim = rows;
+        }
+        if let Some(h) = &head {
+            dim = h.labels();
         }
         let key = "pagoda.embedding.matryoshka_dimensions";
         let matryoshka_dimensions = match file.get_array(key)? {
@@ -188,6 +209,7 @@ impl Encoder {
                 pooling,
                 normalize,
                 output_dim: dim,
+                cross_encoder: head.is_some(),
                 matryoshka_dimensions,
                 prompts,
                 default_prompt_name,
@@ -196,6 +218,7 @@ impl Encoder {
             weights,
             stack,
             dense,
+            head,
         })
     }
 
@@ -225,7 +248,38 @@ impl Encoder {
         seqs: &[&[u32]],
         scratch: &mut EncoderScratch,
     ) -> Result<Vec<Vec<f32>>, ModelError> {
+        let lens: Vec<usize> = seqs.iter().map(|s| s.len()).collect();
+        self.embed_segments(seqs, &lens, scratch)
+    }
+
+    /// [`Encoder::embed_unnormalized`] of sequences of two segments: the tokens of `seqs[i]`
+    /// from `second[i]` on are of token type 1 (a pair's second text; `len`: none). A
+    /// cross-encoder's output is each pair's logits.
+    pub fn embed_segments(
+        &self,
+        seqs: &[&[u32]],
+        second: &[usize],
+        scratch: &mut EncoderScratch,
+    ) -> Result<Vec<Vec<f32>>, ModelError> {
         let c = &self.config;
+        if second.len() != seqs.len() {
+            return Err(ModelError::InvalidBatch(format!(
+                "{} segment starts for {} sequences",
+                second.len(),
+                seqs.len()
+            )));
+        }
+        let types = match &self.stack {
+            Stack::Bert(b) => b.token_type_count(),
+            Stack::Gemma(_) => 0,
+        };
+        if let Some(i) = (0..seqs.len()).find(|&i| second[i] < seqs[i].len())
+            && types < 2
+        {
+            return Err(ModelError::InvalidBatch(format!(
+                "sequence {i} has a second segment; this model has no token type 1"
+            )));
+        }
         for (i, s) in seqs.iter().enumerate() {
             if s.is_empty() || s.len() > c.max_seq_len {
                 return Err(ModelError::InvalidBatch(format!(
@@ -246,16 +300,23 @@ impl Encoder {
         }
         let w = &self.weights;
         let x = match &self.stack {
-            Stack::Bert(b) => b.forward(w, seqs, scratch),
+            Stack::Bert(b) => b.forward(w, seqs, second, scratch),
             Stack::Gemma(g) => g.forward(w, seqs, scratch),
         };
-        // Pooled rows `[S][d]`, then each Dense over all of them at once.
+        // Pooled rows `[S][d]`, then each Dense over all of them at once (or the head).
         let d = c.d_model;
         let mut pooled = vec![0f32; seqs.len() * d];
         let mut start = 0;
         for (s, row) in seqs.iter().zip(pooled.chunks_exact_mut(d)) {
             c.pooling.pool(&x[start * d..(start + s.len()) * d], d, row);
             start += s.len();
+        }
+        if let Some(h) = &self.head {
+            let logits = h.logits(w, &pooled, seqs.len(), &mut scratch.forward);
+            return Ok(logits
+                .chunks_exact(h.labels())
+                .map(<[f32]>::to_vec)
+                .collect());
         }
         let (n, mut dim) = (seqs.len(), d);
         for l in &self.dense {

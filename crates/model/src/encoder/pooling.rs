@@ -12,19 +12,22 @@ pub enum Pooling {
     Cls,
     /// The last token.
     Last,
+    /// The first token ([CLS]) into a cross-encoder's classifier head (llama.cpp's RANK).
+    Rank,
 }
 
 impl Pooling {
-    /// From llama.cpp's `{arch}.pooling_type` (1 mean, 2 cls, 3 last).
+    /// From llama.cpp's `{arch}.pooling_type` (1 mean, 2 cls, 3 last, 4 rank).
     pub fn from_gguf(v: u32) -> Result<Self, ModelError> {
         Ok(match v {
             1 => Self::Mean,
             2 => Self::Cls,
             3 => Self::Last,
+            4 => Self::Rank,
             other => {
                 return Err(ModelError::BadKey {
                     key: "pooling_type".into(),
-                    reason: format!("{other} (pagoda pools by mean 1, cls 2, last 3)"),
+                    reason: format!("{other} (pagoda pools by mean 1, cls 2, last 3, rank 4)"),
                 });
             }
         })
@@ -46,7 +49,7 @@ impl Pooling {
                     *o = (a / n as f64) as f32;
                 }
             }
-            Self::Cls => out.copy_from_slice(&states[..dim]),
+            Self::Cls | Self::Rank => out.copy_from_slice(&states[..dim]),
             Self::Last => out.copy_from_slice(&states[(n - 1) * dim..]),
         }
     }

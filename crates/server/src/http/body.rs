@@ -89,6 +89,27 @@ impl WireRequest for pagoda_protocol::anthropic::CountTokensRequest {
 wire!(pagoda_protocol::TokenizeRequest, "{}", optional model);
 wire!(pagoda_protocol::DetokenizeRequest, r#"{"tokens":[]}"#, optional model);
 wire!(pagoda_protocol::tei::TeiEmbedRequest, r#"{"inputs":"i"}"#);
+impl WireRequest for pagoda_protocol::RerankRequest {
+    const MINIMAL: &'static str = r#"{"query":"q","documents":[]}"#;
+    fn model(&self) -> Option<&str> {
+        Some(&self.model)
+    }
+}
+impl WireRequest for pagoda_protocol::ScoreRequest {
+    const MINIMAL: &'static str = r#"{"text_1":"a","text_2":"b"}"#;
+    fn model(&self) -> Option<&str> {
+        Some(&self.model)
+    }
+}
+impl WireRequest for pagoda_protocol::tei::AnyRerankRequest {
+    const MINIMAL: &'static str = r#"{"query":"q","texts":[]}"#;
+    fn model(&self) -> Option<&str> {
+        match self {
+            Self::Tei(_) => None,
+            Self::Cohere(r) => Some(&r.model),
+        }
+    }
+}
 
 /// A parsed JSON body.
 pub struct JsonBody<T>(pub T);
@@ -115,7 +136,7 @@ impl<T: WireRequest> FromRequest<AppState> for JsonBody<T> {
     }
 }
 
-/// Parses `bytes` as `T`, naming the offending field when one has the wrong type.
+/// Parses `bytes` as `T`, naming the offending field when one has the wrong type or is missing.
 pub fn parse<T: WireRequest>(bytes: &[u8]) -> Result<T, ValidationError> {
     let value: Value = serde_json::from_slice(bytes)
         .map_err(|e| ValidationError::body(None, format!("the body is not valid JSON: {e}")))?;
@@ -132,7 +153,15 @@ pub fn parse<T: WireRequest>(bytes: &[u8]) -> Result<T, ValidationError> {
                 let message = format!("`{field}`: {}", explain(&e));
                 ValidationError::body(Some(field), message)
             }
-            None => ValidationError::body(None, format!("invalid request: {}", explain(&e))),
+            None => {
+                // A required field is missing: serde names it, and so does `param`.
+                let msg = explain(&e);
+                let missing = msg
+                    .strip_prefix("missing field `")
+                    .and_then(|rest| rest.split('`').next())
+                    .map(str::to_owned);
+                ValidationError::body(missing, format!("invalid request: {msg}"))
+            }
         }),
     }
 }
@@ -174,6 +203,18 @@ fn explain(e: &serde_json::Error) -> String {
             "enum ResponseInput",
             "expected a string or an array of input items",
         ),
+        (
+            "enum RerankDocument",
+            "expected a string or an object with a `text` string",
+        ),
+        (
+            "enum ScoreTexts",
+            "expected a string or an array of strings",
+        ),
+        (
+            "enum AnyRerankRequest",
+            "expected TEI's `query` and `texts`, or vLLM's `query` and `documents`",
+        ),
     ];
     for (needle, text) in shapes {
         if msg.contains(needle) {
@@ -199,6 +240,10 @@ mod tests {
         let body = e.map(|e| ApiError::from(e).body.error).expect("error");
         assert_eq!(body.param.as_deref(), Some("prompt"));
         assert!(body.message.contains("token ids"), "{}", body.message);
+        let e = parse::<pagoda_protocol::RerankRequest>(br#"{"query":"q","documents":[3]}"#).err();
+        let body = e.map(|e| ApiError::from(e).body.error).expect("error");
+        assert_eq!(body.param.as_deref(), Some("documents"));
+        assert!(body.message.contains("`text`"), "{}", body.message);
     }
 
     #[test]
@@ -213,5 +258,6 @@ mod tests {
             "{}",
             e.body.error.message
         );
+        assert_eq!(e.body.error.param.as_deref(), Some("messages"));
     }
 }

@@ -43,6 +43,8 @@ impl EmbedJob {
 
 struct Job {
     seqs: Vec<Vec<u32>>,
+    /// Where each sequence's second segment (token type 1) starts: its length when it has none.
+    second: Vec<usize>,
     reply: oneshot::Sender<Result<Vec<Vec<f32>>, String>>,
 }
 
@@ -74,6 +76,8 @@ pub struct Embedder {
     pub default_prompt_name: Option<String>,
     pub prompt_in_pooling: bool,
     pub vocab_size: usize,
+    /// A cross-encoder: it scores pairs of texts (`pair_logits`) and has no embeddings.
+    pub cross_encoder: bool,
     pub stats: Arc<EmbedderStats>,
     /// The checkpoint directory, for `/v1/models` `root`.
     pub model_path: String,
@@ -114,6 +118,7 @@ impl Embedder {
             default_prompt_name: c.default_prompt_name,
             prompt_in_pooling: c.prompt_in_pooling,
             vocab_size: c.vocab_size,
+            cross_encoder: c.cross_encoder,
             stats,
             model_path: dir.display().to_string(),
         })
@@ -121,7 +126,8 @@ impl Embedder {
 
     /// The vectors of a checked request, cut to its `dimensions` and normalised as it asks.
     pub async fn vectors(&self, job: EmbedJob) -> Result<Vec<Vec<f32>>, String> {
-        let mut vectors = self.embed(job.seqs).await?;
+        let second = job.seqs.iter().map(Vec::len).collect();
+        let mut vectors = self.embed(job.seqs, second).await?;
         for v in &mut vectors {
             match job.dimensions {
                 Some(d) => truncate_normalized(v, d, job.normalize),
@@ -132,15 +138,33 @@ impl Embedder {
         Ok(vectors)
     }
 
+    /// A cross-encoder's logits of pairs: `seqs[i]` is a pair's tokens, its second text from
+    /// `second[i]` on (`prepare/score_pairs.rs` checks them).
+    pub async fn pair_logits(
+        &self,
+        seqs: Vec<Vec<u32>>,
+        second: Vec<usize>,
+    ) -> Result<Vec<Vec<f32>>, String> {
+        self.embed(seqs, second).await
+    }
+
     /// The unnormalised vectors of `seqs` (each checked against `max_seq_len` and the
     /// vocabulary), computed in steps shared with whatever other requests are waiting.
-    async fn embed(&self, seqs: Vec<Vec<u32>>) -> Result<Vec<Vec<f32>>, String> {
+    async fn embed(
+        &self,
+        seqs: Vec<Vec<u32>>,
+        second: Vec<usize>,
+    ) -> Result<Vec<Vec<f32>>, String> {
         if seqs.is_empty() {
             return Ok(Vec::new());
         }
         let (reply, rx) = oneshot::channel();
         self.tx
-            .send(Job { seqs, reply })
+            .send(Job {
+                seqs,
+                second,
+                reply,
+            })
             .map_err(|_| "the embedding thread has stopped".to_owned())?;
         rx.await
             .map_err(|_| "the embedding thread dropped the request".to_owned())?
@@ -209,10 +233,18 @@ fn run(
                 a.job.seqs[from..from + n].iter().map(Vec::as_slice)
             })
             .collect();
+        let second: Vec<usize> = active
+            .iter()
+            .zip(&take)
+            .flat_map(|(a, &n)| {
+                let from = a.done.len();
+                a.job.second[from..from + n].iter().copied()
+            })
+            .collect();
         // A pass takes its turn with the other models' steps (`StepTurns`).
         let turn = turns.take();
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            encoder.embed_unnormalized(&seqs, &mut scratch)
+            encoder.embed_segments(&seqs, &second, &mut scratch)
         }));
         drop(turn);
         stats.passes.fetch_add(1, Ordering::Relaxed);

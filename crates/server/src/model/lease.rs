@@ -67,11 +67,21 @@ impl ModelLease {
         }
     }
 
-    /// The embedding model, or 400 naming the model and what it serves instead.
+    /// The embedding model, or 400 naming the model and what it serves instead (a
+    /// cross-encoder has no embeddings).
     pub fn embedder(&self) -> Result<&Embedder, ValidationError> {
         match &*self.served {
-            Served::Embed(e) => Ok(e),
+            Served::Embed(e) if !e.cross_encoder => Ok(e),
             other => Err(self.wrong_task(other.task(), "embeddings")),
+        }
+    }
+
+    /// The encoder that scores text pairs (rerank, score): a cross-encoder, or an embedding
+    /// model (the cosine of two embeddings); 400 for a generation model.
+    pub fn encoder(&self) -> Result<&Embedder, ValidationError> {
+        match &*self.served {
+            Served::Embed(e) => Ok(e),
+            other => Err(self.wrong_task(other.task(), "scores of text pairs")),
         }
     }
 

@@ -12,5 +12,6 @@ pub mod loader;
 pub mod loras;
 pub mod memory;
 pub mod models_dir;
+pub mod pair_scores;
 pub mod registry;
 pub mod served;

@@ -20,13 +20,27 @@ use crate::model::loader::{LoadError, LoadOptions, load_engine};
 pub enum Task {
     Generate,
     Embed,
+    /// A cross-encoder: scores of text pairs (rerank, score), no embeddings.
+    Score,
 }
 
 impl Task {
+    /// The task of the model at `path` without loading it (from its files).
+    pub fn of_path(path: &Path) -> Self {
+        if pagoda_hf::is_cross_encoder_dir(path) {
+            Self::Score
+        } else if pagoda_hf::is_encoder_dir(path) {
+            Self::Embed
+        } else {
+            Self::Generate
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Self::Generate => "generate",
             Self::Embed => "embed",
+            Self::Score => "score",
         }
     }
 
@@ -35,6 +49,7 @@ impl Task {
         match self {
             Self::Generate => "text generation",
             Self::Embed => "embeddings (POST /v1/embeddings)",
+            Self::Score => "scores of text pairs (POST /v1/rerank, POST /v1/score)",
         }
     }
 }
@@ -77,6 +92,7 @@ impl Served {
     pub fn task(&self) -> Task {
         match self {
             Self::Generate(_) => Task::Generate,
+            Self::Embed(e) if e.cross_encoder => Task::Score,
             Self::Embed(_) => Task::Embed,
         }
     }

@@ -2,6 +2,7 @@
 //! `pagoda embed`: the sentence-transformers prompt put before each text, tokenization, ids
 //! inside the vocabulary, the model's length (or truncation from either end), and `dimensions`
 //! against the model's Matryoshka lengths. Each API maps its own fields onto [`EmbedOptions`].
+//! [`fit`] (vocabulary, truncation, length) is also what `score_pairs.rs` holds a pair to.
 
 use pagoda_protocol::Prompt;
 
@@ -92,38 +93,69 @@ pub fn check(e: &Embedder, o: &EmbedOptions) -> Result<EmbedJob, ValidationError
     if seqs.is_empty() || seqs.iter().any(Vec::is_empty) {
         return Err(ValidationError::Empty { field });
     }
-    for s in &seqs {
-        if let Some(&t) = s.iter().find(|&&t| t as usize >= e.vocab_size) {
-            return Err(ValidationError::invalid_value(
-                field,
-                "token ids inside the model's vocabulary",
-                t,
-            ));
-        }
-    }
     for (index, s) in seqs.iter_mut().enumerate() {
-        match o.truncate {
-            Truncate::KeepFirst(k) if s.len() > k => s.truncate(k),
-            Truncate::KeepLast(k) if s.len() > k => {
-                s.drain(..s.len() - k);
-            }
-            _ => {}
-        }
-        if s.len() > e.max_seq_len {
-            return Err(ValidationError::TooLong {
-                field,
-                index,
-                tokens: s.len(),
-                max: e.max_seq_len,
-                truncate_hint: o.truncate_hint,
-            });
-        }
+        fit(e, s, o.truncate, field, index, o.truncate_hint)?;
     }
     Ok(EmbedJob {
         seqs,
         dimensions,
         normalize: o.normalize.unwrap_or(e.normalize),
     })
+}
+
+/// Refuses ids outside the model's vocabulary, cuts `s` as `truncate` says, then refuses it
+/// if still longer than the model takes (400 naming `field` #`index`, both lengths and
+/// `truncate_hint`): what the encoder requires of every sequence it runs.
+pub fn fit(
+    e: &Embedder,
+    s: &mut Vec<u32>,
+    truncate: Truncate,
+    field: &'static str,
+    index: usize,
+    truncate_hint: &'static str,
+) -> Result<(), ValidationError> {
+    if let Some(&t) = s.iter().find(|&&t| t as usize >= e.vocab_size) {
+        return Err(ValidationError::invalid_value(
+            field,
+            "token ids inside the model's vocabulary",
+            t,
+        ));
+    }
+    match truncate {
+        Truncate::KeepFirst(k) if s.len() > k => s.truncate(k),
+        Truncate::KeepLast(k) if s.len() > k => {
+            s.drain(..s.len() - k);
+        }
+        _ => {}
+    }
+    if s.len() > e.max_seq_len {
+        return Err(ValidationError::TooLong {
+            field,
+            index,
+            tokens: s.len(),
+            max: e.max_seq_len,
+            truncate_hint,
+        });
+    }
+    Ok(())
+}
+
+impl Truncate {
+    /// vLLM's `truncate_prompt_tokens`: keep the last `k` tokens (`-1`: the model's maximum).
+    pub fn from_vllm(k: Option<i64>, e: &Embedder) -> Result<Self, ValidationError> {
+        match k {
+            None => Ok(Self::No),
+            Some(-1) => Ok(Self::KeepLast(e.max_seq_len)),
+            Some(k) if k >= 1 && k as usize <= e.max_seq_len => Ok(Self::KeepLast(k as usize)),
+            Some(k) => Err(ValidationError::Rule {
+                field: "truncate_prompt_tokens".to_owned(),
+                message: format!(
+                    "`truncate_prompt_tokens` must be -1 or 1 to {} (the model's maximum), got {k}",
+                    e.max_seq_len
+                ),
+            }),
+        }
+    }
 }
 
 /// The text of the prompt `name` (or of the model's default when `None`).

@@ -8,6 +8,7 @@ pub mod constraints;
 pub mod embed;
 pub mod field_policy;
 pub mod kv_transfer;
+pub mod score_pairs;
 pub mod tools;
 pub mod valid_request;
 pub mod validate;

@@ -111,22 +111,7 @@ fn prepare(
             .into());
         }
     };
-    let truncate = match req.truncate_prompt_tokens {
-        None => Truncate::No,
-        // vLLM keeps the last k tokens.
-        Some(-1) => Truncate::KeepLast(e.max_seq_len),
-        Some(k) if k >= 1 && k as usize <= e.max_seq_len => Truncate::KeepLast(k as usize),
-        Some(k) => {
-            return Err(ValidationError::Rule {
-                field: "truncate_prompt_tokens".to_owned(),
-                message: format!(
-                    "`truncate_prompt_tokens` must be -1 or 1 to {} (the model's maximum), got {k}",
-                    e.max_seq_len
-                ),
-            }
-            .into());
-        }
-    };
+    let truncate = Truncate::from_vllm(req.truncate_prompt_tokens, e)?;
     let job = embed::check(
         e,
         &EmbedOptions {

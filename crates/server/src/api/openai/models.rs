@@ -45,8 +45,7 @@ fn card(state: &AppState, slot: &Slot) -> ModelCard {
             card.max_model_len = Some(s.max_model_len() as u32);
             s.task()
         }
-        None if pagoda_hf::is_encoder_dir(&slot.spec.path) => Task::Embed,
-        None => Task::Generate,
+        None => Task::of_path(&slot.spec.path),
     };
     card.task = Some(task.name().to_owned());
     card

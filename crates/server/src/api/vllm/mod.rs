@@ -1,5 +1,7 @@
 //! vLLM's endpoints beyond the OpenAI API: `/tokenize`, `/detokenize` (llama.cpp's `content`
-//! accepted too) and runtime LoRA loading.
+//! accepted too), runtime LoRA loading, and reranking and scoring (`/v1/rerank`, `/v1/score`).
 
 pub mod lora;
+pub mod rerank;
+pub mod score;
 pub mod tokenize;
