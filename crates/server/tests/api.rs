@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 use common::{MODEL, TestServer, chunks, client, error_of, post, post_stream};
 use serde_json::{Value, json};
 
-fn server() -> &'static TestServer {
+pub fn server() -> &'static TestServer {
     static S: OnceLock<TestServer> = OnceLock::new();
     S.get_or_init(|| {
         let config = pagoda_server::ServerConfig {

@@ -177,28 +177,19 @@ with cf.ThreadPoolExecutor(3) as ex:
     });
     multi.stop();
     multi.join().unwrap();
-    // Each model alone, one server at a time.
-    for (id, path) in [
-        ("qwen", common::qwen_path()),
-        ("smol", common::model_path()),
+    // Each model alone: the binary's shared single-model servers (same setup, served as
+    // `smol`), and a MiniLM one.
+    for (id, alone) in [
+        ("qwen", crate::front_apis::qwen()),
+        ("smol", crate::api::server()),
     ] {
-        let alone = TestServer::start_model(
-            path,
-            setup.clone(),
-            ServerConfig {
-                served_model_name: id.to_owned(),
-                ..ServerConfig::default()
-            },
-        );
         let (status, v) = rt.block_on(post(
             &client(),
             &alone.url("/v1/chat/completions"),
-            &chat(id),
+            &chat(common::MODEL),
         ));
         assert_eq!(status, 200, "{v}");
         assert_eq!(v["choices"][0]["message"]["content"], together[id], "{id}");
-        alone.stop();
-        alone.join().unwrap();
     }
     let alone = TestServer::start_model(
         minilm,

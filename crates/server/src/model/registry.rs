@@ -94,6 +94,8 @@ pub struct Slot {
     /// Its requests' latencies and counts (`model_name` label).
     pub metrics: Arc<Metrics>,
     pub lifecycle: Lifecycle,
+    /// The context length its file declares, read once (for `/v1/models` while unloaded).
+    declared_context: std::sync::OnceLock<Option<usize>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -124,6 +126,17 @@ impl Slot {
             SlotState::Loaded { bytes, .. } => *bytes,
             _ => memory::estimate(&self.spec.path, quantization, &self.spec.setup),
         }
+    }
+
+    /// The context length the model's file declares (a GGUF's `context_length`), without
+    /// loading it; the engine may cap it to its KV pool once loaded.
+    pub fn declared_context(&self) -> Option<usize> {
+        *self.declared_context.get_or_init(|| {
+            let file = pagoda_gguf::GgufFile::open(&self.spec.path).ok()?;
+            pagoda_model::ModelConfig::from_gguf(&file)
+                .ok()
+                .map(|c| c.context_length)
+        })
     }
 
     pub fn in_flight(&self) -> usize {
@@ -300,6 +313,7 @@ impl ModelRegistry {
             }),
             metrics: Arc::new(Metrics::new()),
             lifecycle: Lifecycle::default(),
+            declared_context: std::sync::OnceLock::new(),
         }));
         true
     }

@@ -1,6 +1,6 @@
 //! `GET /v1/models`: every model the server serves, loaded or not (the default first), with its
-//! task, state, size and context length; then the default model's LoRA adapters (`parent` =
-//! the model), as vLLM lists them.
+//! task, state, size and context length (the file's while unloaded); then the default model's
+//! LoRA adapters (`parent` = the model), as vLLM lists them.
 
 use axum::Json;
 use axum::extract::State;
@@ -45,7 +45,10 @@ fn card(state: &AppState, slot: &Slot) -> ModelCard {
             card.max_model_len = Some(s.max_model_len() as u32);
             s.task()
         }
-        None => Task::of_path(&slot.spec.path),
+        None => {
+            card.max_model_len = slot.declared_context().map(|n| n as u32);
+            Task::of_path(&slot.spec.path)
+        }
     };
     card.task = Some(task.name().to_owned());
     card
