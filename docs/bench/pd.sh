@@ -32,7 +32,7 @@ python3 docs/bench/pd.py http://127.0.0.1:8200 "$SECS"
 stop_all
 
 echo "== prefill + decode replicas behind the router"
-serve 8201 --kv-role prefill
+serve 8201 --kv-role prefill --kv-transfer-peers 127.0.0.1
 serve 8202 --kv-role decode --kv-transfer-host 127.0.0.1 --kv-transfer-port 7202
 "$BIN" router --model "$M" --port 8280 --poll-interval 0.5 --pd-threshold 256 --pd-prefill-timeout 600 \
   --prefill http://127.0.0.1:8201 --worker http://127.0.0.1:8202,kv=127.0.0.1:7202 2>/dev/null &

@@ -155,6 +155,17 @@ pub struct ServeArgs {
     /// (docs/scale-out.md). `decode` cannot be combined with --kv-disk-dir.
     #[arg(long, env = "PAGODA_KV_ROLE", default_value = "both", value_parser = ["prefill", "decode", "both"])]
     kv_role: String,
+    /// With --kv-role prefill: the decode replicas this replica may ship KV to, `host:port` or
+    /// `host` (any port), comma-separated; a DNS name admits every address it resolves to (a
+    /// headless Service). A request naming another destination is refused (400) before any
+    /// connection: clients cannot steer the server's connections.
+    #[arg(
+        long,
+        env = "PAGODA_KV_TRANSFER_PEERS",
+        value_delimiter = ',',
+        value_name = "HOST[:PORT]"
+    )]
+    kv_transfer_peers: Vec<String>,
     /// Address the decode role listens on for KV transfers.
     #[arg(long, env = "PAGODA_KV_TRANSFER_HOST", default_value = "0.0.0.0")]
     kv_transfer_host: String,
@@ -195,6 +206,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     let role = pagoda_core::kv::KvRole::parse(&args.kv_role)
         .with_context(|| format!("--kv-role {}: prefill, decode or both", args.kv_role))?;
+    let kv_transfer_peers =
+        pagoda_server::prepare::kv_peers::KvPeers::parse(&args.kv_transfer_peers)?;
+    if role == pagoda_core::kv::KvRole::Prefill && kv_transfer_peers.is_empty() {
+        anyhow::bail!(
+            "--kv-role prefill needs --kv-transfer-peers: the decode replicas (host:port, or a DNS name such as a headless Service) it may send KV to"
+        );
+    }
     if role != pagoda_core::kv::KvRole::Both {
         let host = &args.kv_transfer_host;
         setup.kv_transfer = Some(pagoda_model::KvTransferConfig {
@@ -279,6 +297,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             runtime_updates: args.enable_lora_runtime_updates,
         },
         models,
+        kv_transfer_peers,
         admin_api_key: args.admin_api_key.filter(|k| !k.is_empty()),
         ..ServerConfig::default()
     };

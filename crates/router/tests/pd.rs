@@ -144,7 +144,14 @@ async fn prefill_transfer_decode_matches_one_replica_and_failures_fall_back() {
         return;
     }
     let kv_port = free_port();
-    let prefill = start(&["--kv-role", "prefill", "--kv-transfer-timeout", "3"]);
+    let prefill = start(&[
+        "--kv-role",
+        "prefill",
+        "--kv-transfer-peers",
+        "127.0.0.1",
+        "--kv-transfer-timeout",
+        "3",
+    ]);
     let decode = start(&[
         "--kv-role",
         "decode",

@@ -67,6 +67,9 @@ pub struct ServerConfig {
     pub unknown_fields: crate::prepare::field_policy::UnknownFields,
     /// Several models: the memory budget, how many stay loaded and for how long.
     pub models: crate::model::registry::ModelsConfig,
+    /// The decode replicas a prefill replica may ship KV to (`--kv-transfer-peers`); a
+    /// request naming another destination is refused before any connection.
+    pub kv_transfer_peers: crate::prepare::kv_peers::KvPeers,
     /// The key `/models/load` and `/models/unload` need when API keys are set
     /// (`--admin-api-key`); without it those routes are refused whenever keys are set.
     pub admin_api_key: Option<String>,
@@ -100,6 +103,7 @@ impl Default for ServerConfig {
             lora: crate::model::loras::LoraConfig::default(),
             unknown_fields: Default::default(),
             models: Default::default(),
+            kv_transfer_peers: Default::default(),
             admin_api_key: None,
         }
     }

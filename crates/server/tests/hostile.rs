@@ -484,3 +484,60 @@ async fn a_huge_regex_alternation_is_a_400() {
     let msg = error_of(&v)["message"].as_str().unwrap();
     assert!(msg.contains("limit `initial_lexer_fuel`"), "{msg}");
 }
+
+/// A client cannot steer a prefill replica's connections: `kv_transfer_params` naming a
+/// destination outside `--kv-transfer-peers` (here a listener the test opens) is a 400 on the
+/// field, and nothing connects to the listener.
+#[tokio::test]
+async fn kv_transfer_params_cannot_point_a_prefill_replica_elsewhere() {
+    let dir = std::env::temp_dir().join(format!("pagoda-kv-peers-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let model = dir.join("tiny.gguf");
+    std::fs::write(
+        &model,
+        pagoda_testkit::tiny_model::TinyModel::llama().to_bytes(),
+    )
+    .unwrap();
+    let setup = pagoda_model::EngineSetup {
+        kv_cache_memory: Some(4 << 20),
+        max_model_len: Some(256),
+        kv_transfer: Some(pagoda_model::KvTransferConfig {
+            role: pagoda_core::kv::KvRole::Prefill,
+            listen: format!("127.0.0.1:{}", pagoda_testkit::free_port()),
+            timeout: Duration::from_secs(2),
+            buffer_bytes: 1 << 20,
+            ttl: Duration::from_secs(5),
+            model_identity: String::new(),
+            counters: Default::default(),
+        }),
+        ..pagoda_model::EngineSetup::default()
+    };
+    let config = ServerConfig {
+        kv_transfer_peers: pagoda_server::prepare::kv_peers::KvPeers::parse(&["10.9.9.9:7100"])
+            .unwrap(),
+        ..common::config()
+    };
+    let server = TestServer::start_model(model, setup, config);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let body = json!({"model": MODEL, "prompt": [1, 2, 3], "max_tokens": 2,
+        "kv_transfer_params": {"do_remote_decode": true, "transfer_id": "steal",
+                               "remote_host": "127.0.0.1", "remote_port": port}});
+    let (status, v) = post(&common::client(), &server.url("/v1/completions"), &body).await;
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(
+        error_of(&v)["param"],
+        "kv_transfer_params.remote_host",
+        "{v}"
+    );
+    listener.set_nonblocking(true).unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        listener.accept().map(|_| ()).unwrap_err().kind(),
+        ErrorKind::WouldBlock,
+        "the server connected to the client's address"
+    );
+    server.stop();
+    server.join().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}

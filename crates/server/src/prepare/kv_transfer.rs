@@ -1,11 +1,13 @@
 //! `kv_transfer_params` (vLLM's NixlConnector proxy flow) -> the engine's `KvTransfer`,
 //! checked against this replica's `--kv-role`: `do_remote_decode` on a prefill replica ships
 //! the prompt's KV to `remote_host:remote_port` under `transfer_id`; `do_remote_prefill` on a
-//! decode replica waits for that transfer and imports it.
+//! decode replica waits for that transfer and imports it. A destination outside
+//! `--kv-transfer-peers` is refused before any connection is attempted.
 
 use pagoda_core::kv::{KvRole, KvTransfer};
 use serde_json::Value;
 
+use crate::prepare::kv_peers::KvPeers;
 use crate::prepare::validation_error::ValidationError;
 
 const FIELD: &str = "kv_transfer_params";
@@ -18,7 +20,11 @@ const KEYS: [&str; 5] = [
 ];
 
 /// The transfer `v` asks for, `None` when absent or null.
-pub fn parse(v: Option<&Value>, role: KvRole) -> Result<Option<KvTransfer>, ValidationError> {
+pub fn parse(
+    v: Option<&Value>,
+    role: KvRole,
+    peers: &KvPeers,
+) -> Result<Option<KvTransfer>, ValidationError> {
     let obj = match v {
         None | Some(Value::Null) => return Ok(None),
         Some(Value::Object(o)) => o,
@@ -78,6 +84,14 @@ pub fn parse(v: Option<&Value>, role: KvRole) -> Result<Option<KvTransfer>, Vali
                 ));
             }
         };
+        if !peers.allows(host, port as u16) {
+            return Err(ValidationError::Rule {
+                field: format!("{FIELD}.remote_host"),
+                message: format!(
+                    "`{host}:{port}` is not a decode replica this server may send KV to (--kv-transfer-peers)"
+                ),
+            });
+        }
         let addr = if host.contains(':') && !host.starts_with('[') {
             format!("[{host}]:{port}")
         } else {
@@ -95,10 +109,32 @@ pub fn parse(v: Option<&Value>, role: KvRole) -> Result<Option<KvTransfer>, Vali
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use serde_json::json;
 
     use super::*;
+
+    fn parse(v: Option<&Value>, role: KvRole) -> Result<Option<KvTransfer>, ValidationError> {
+        super::parse(
+            v,
+            role,
+            &KvPeers::parse(&["[::1]:7100"]).unwrap_or_default(),
+        )
+    }
+
+    #[test]
+    fn a_destination_outside_the_peers_is_refused() {
+        let to = |host: &str| {
+            json!({"do_remote_decode": true, "transfer_id": "t",
+                                    "remote_host": host, "remote_port": 7100})
+        };
+        let peers = KvPeers::parse(&["10.1.2.3"]).unwrap();
+        assert!(super::parse(Some(&to("10.1.2.3")), KvRole::Prefill, &peers).is_ok());
+        let e = super::parse(Some(&to("169.254.169.254")), KvRole::Prefill, &peers).unwrap_err();
+        assert!(e.to_string().contains("--kv-transfer-peers"), "{e}");
+        assert!(super::parse(Some(&to("10.1.2.3")), KvRole::Prefill, &KvPeers::default()).is_err());
+    }
 
     #[test]
     fn transfers_parse_and_the_role_is_checked() {

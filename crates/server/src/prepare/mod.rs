@@ -7,6 +7,7 @@ pub mod chat_prompt;
 pub mod constraints;
 pub mod embed;
 pub mod field_policy;
+pub mod kv_peers;
 pub mod kv_transfer;
 pub mod score_pairs;
 pub mod tools;

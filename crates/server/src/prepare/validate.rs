@@ -174,7 +174,7 @@ pub fn refuse<T>(name: &str, value: &Option<T>, why: &'static str) -> Result<(),
 
 /// Builds the validated request from the shared fields and the prompts' tokens.
 pub fn build(
-    _state: &AppState, // every API's `prepare` passes it; the tenant is applied after
+    state: &AppState,
     loaded: &Loaded,
     f: &SamplingFields<'_>,
     prompts: Vec<Vec<u32>>,
@@ -246,7 +246,11 @@ pub fn build(
         constraint: f.constraint.clone(),
         // Set with the prefix-cache key by `ValidRequest::with_lora` below.
         lora: None,
-        kv_transfer: crate::prepare::kv_transfer::parse(f.kv_transfer_params, loaded.kv_role)?,
+        kv_transfer: crate::prepare::kv_transfer::parse(
+            f.kv_transfer_params,
+            loaded.kv_role,
+            &state.config().kv_transfer_peers,
+        )?,
     };
     // OpenAI's temperature range; the engine accepts more, clients expect this bound.
     if !(0.0..=2.0).contains(&params.temperature) {
