@@ -38,9 +38,10 @@ pub struct ChatArgs {
     /// Most tokens per answer [default: the server's].
     #[arg(long)]
     max_tokens: Option<u32>,
-    /// Sampling temperature.
-    #[arg(long, default_value_t = 0.7)]
-    temperature: f32,
+    /// Sampling temperature [default: the model's recommended (--generation-config), else the
+    /// server's].
+    #[arg(long)]
+    temperature: Option<f32>,
     #[command(flatten)]
     engine: EngineArgs,
 }
@@ -256,6 +257,7 @@ async fn serve_locally(args: &ChatArgs) -> anyhow::Result<(String, String)> {
     let name = "local".to_owned();
     let config = pagoda_server::ServerConfig {
         served_model_name: name.clone(),
+        generation_config: args.engine.generation_config.clone(),
         ..pagoda_server::ServerConfig::default()
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")

@@ -266,6 +266,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         reasoning_parser: args.reasoning_parser,
         chat_template,
         quantization: args.engine.quantization()?,
+        generation_config: args.engine.generation_config.clone(),
         max_batch_tokens: args.max_batch_tokens,
         kv_events: match &args.kv_events_config {
             Some(json) => pagoda_kv_events::KvEventsConfig::parse(json)?,

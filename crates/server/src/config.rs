@@ -70,6 +70,9 @@ pub struct ServerConfig {
     /// The key `/models/load` and `/models/unload` need when API keys are set
     /// (`--admin-api-key`); without it those routes are refused whenever keys are set.
     pub admin_api_key: Option<String>,
+    /// Where the model's sampling defaults come from (`--generation-config`): a request's own
+    /// fields win over them, and they over the server's (temperature 1, no top-p/top-k).
+    pub generation_config: pagoda_frontend::GenerationConfigChoice,
 }
 
 impl Default for ServerConfig {
@@ -101,6 +104,7 @@ impl Default for ServerConfig {
             unknown_fields: Default::default(),
             models: Default::default(),
             admin_api_key: None,
+            generation_config: Default::default(),
         }
     }
 }
