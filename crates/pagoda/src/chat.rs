@@ -22,8 +22,8 @@ pub struct ChatArgs {
     /// --model is loaded).
     #[arg(long, conflicts_with = "model")]
     url: Option<String>,
-    /// GGUF model file to chat with locally [default: SmolLM2-135M-Instruct Q4_1 in
-    /// $PAGODA_MODEL_DIR]
+    /// GGUF model file to chat with locally, or a fetched catalog name (`pagoda list`)
+    /// [default: qwen2.5-coder:0.5b]
     #[arg(long, env = "PAGODA_MODEL")]
     model: Option<PathBuf>,
     /// Bearer key for --url.
@@ -253,7 +253,7 @@ async fn first_model(
 /// Loads the model and serves it on a loopback port for this process alone.
 async fn serve_locally(args: &ChatArgs) -> anyhow::Result<(String, String)> {
     let setup = args.engine.resolve()?;
-    let path = model_path::resolve(args.model.clone())?;
+    let path = model_path::resolve(args.model.clone(), false)?;
     let name = "local".to_owned();
     let config = pagoda_server::ServerConfig {
         served_model_name: name.clone(),

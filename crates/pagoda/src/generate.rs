@@ -21,8 +21,8 @@ use crate::model_path;
 
 #[derive(Args)]
 pub struct GenerateArgs {
-    /// GGUF model file, or a Hugging Face checkpoint directory (config.json, *.safetensors,
-    /// tokenizer.json) [default: Qwen2.5-Coder-0.5B-Instruct Q4_K_M in $PAGODA_MODEL_DIR]
+    /// GGUF model file, a Hugging Face checkpoint directory (config.json, *.safetensors,
+    /// tokenizer.json), or a fetched catalog name (`pagoda list`) [default: qwen2.5-coder:0.5b]
     #[arg(long, env = "PAGODA_MODEL")]
     model: Option<PathBuf>,
     /// The prompt text.
@@ -142,7 +142,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
         .validate()
         .context("invalid sampling arguments")?;
     let prompts = read_prompts(&args)?;
-    let path = model_path::resolve(args.model.clone())?;
+    let path = model_path::resolve(args.model.clone(), false)?;
     let template_text = match &args.chat_template {
         Some(p) => Some(
             std::fs::read_to_string(p)
