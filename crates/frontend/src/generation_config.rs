@@ -1,14 +1,13 @@
 //! A model's recommended sampling settings (`SamplingDefaults`) and where they came from: a Hugging
 //! Face `generation_config.json`, the GGUF `general.sampling.*` keys llama.cpp writes, the
-//! catalog, or none. Requests override them field by field; the server's own defaults fill the rest.
+//! catalog, or none (`sampling_choice` picks among them). Requests override them field by
+//! field; the server's own defaults fill the rest.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use pagoda_gguf::GgufFile;
 use serde::Serialize;
 use serde_json::Value;
-
-use crate::catalog::Catalog;
 
 /// Where a model's sampling defaults came from; shown (`/v1/models`, logs) as `none`, `gguf`,
 /// `file:PATH` or `catalog:SOURCE`.
@@ -62,32 +61,6 @@ pub struct SamplingDefaults {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u32>,
     pub source: DefaultsSource,
-}
-
-/// `--generation-config`, vLLM's flag: where a model's sampling defaults come from.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub enum GenerationConfigChoice {
-    /// The model's own (`generation_config.json` of a directory, GGUF metadata), else the
-    /// catalog's entry for the file.
-    #[default]
-    Auto,
-    /// No model defaults: the server's (temperature 1, no top-p/top-k, no penalties).
-    None,
-    /// A `generation_config.json` file.
-    File(PathBuf),
-}
-
-impl std::str::FromStr for GenerationConfigChoice {
-    type Err = std::convert::Infallible;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Ok(match s {
-            "auto" => Self::Auto,
-            // `vllm` is vLLM's spelling of "no model defaults".
-            "none" | "vllm" => Self::None,
-            path => Self::File(PathBuf::from(path)),
-        })
-    }
 }
 
 /// Why sampling defaults could not be read.
@@ -250,39 +223,6 @@ impl SamplingDefaults {
             }
         }
         Ok(d)
-    }
-
-    /// The defaults `choice` gives the model at `model_path` whose (opened or converted) file
-    /// is `file`: under `auto`, a checkpoint directory's `generation_config.json`, else the
-    /// GGUF keys, else the catalog entry of the file's name.
-    pub fn resolve(
-        choice: &GenerationConfigChoice,
-        model_path: &Path,
-        file: &GgufFile,
-    ) -> Result<Self, GenerationConfigError> {
-        match choice {
-            GenerationConfigChoice::None => Ok(Self::default()),
-            GenerationConfigChoice::File(path) => Self::from_json_file(path),
-            GenerationConfigChoice::Auto => {
-                let json = model_path.join("generation_config.json");
-                if model_path.is_dir() && json.is_file() {
-                    let d = Self::from_json_file(&json)?;
-                    if !d.is_empty() {
-                        return Ok(d);
-                    }
-                }
-                let d = Self::from_gguf(file)?;
-                if !d.is_empty() {
-                    return Ok(d);
-                }
-                Ok(model_path
-                    .file_name()
-                    .and_then(|n| n.to_str())
-                    .and_then(|n| Catalog::builtin().by_path(n))
-                    .map(|e| e.sampling.clone())
-                    .unwrap_or_default())
-            }
-        }
     }
 
     fn set_float(&mut self, key: &str, v: Option<f32>) {

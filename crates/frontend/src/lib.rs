@@ -14,6 +14,7 @@ pub mod generation_config;
 mod gguf_vocab;
 mod hf_tokenizer;
 pub mod reasoning;
+pub mod sampling_choice;
 mod special;
 mod spm;
 mod strftime;
@@ -27,11 +28,10 @@ pub use catalog::Catalog;
 pub use chat_template::{ChatMessage, ChatTemplate};
 pub use decode_stream::DecodeStream;
 pub use error::{TemplateError, TokenizerError};
-pub use generation_config::{
-    DefaultsSource, GenerationConfigChoice, GenerationConfigError, SamplingDefaults,
-};
+pub use generation_config::{DefaultsSource, GenerationConfigError, SamplingDefaults};
 pub use hf_tokenizer::HfTokenizer;
 pub use reasoning::{ReasoningDelta, ReasoningParser, ReasoningStream};
+pub use sampling_choice::GenerationConfigChoice;
 pub use template_source::TemplateSource;
 pub use text_stream::{StopMatch, TextDelta, TextStream, TextStreamError, TextStreamOptions};
 pub use tokenizer::Tokenizer;

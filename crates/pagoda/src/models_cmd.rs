@@ -25,7 +25,7 @@ pub struct RmArgs {
 /// Fetches the model into the model directory (nothing to do when it is there).
 pub fn pull(args: PullArgs) -> anyhow::Result<()> {
     let entry = catalog_entry(&args.name)?;
-    crate::fetch::fetch(entry)?;
+    crate::fetch::fetch(entry, &model_dir())?;
     println!("{} is at {}", entry.name, local_path(entry).display());
     Ok(())
 }

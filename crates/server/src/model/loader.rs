@@ -88,7 +88,7 @@ pub fn load_engine(path: &Path, opts: &LoadOptions<'_>) -> Result<LoadedModel, L
     let tokenizer = Arc::new(tokenizer);
     let template = ChatTemplate::from_gguf(&file, opts.chat_template)
         .map_err(|e| LoadError::Template(e.to_string()))?;
-    let sampling_defaults = SamplingDefaults::resolve(opts.generation_config, path, &file)?;
+    let sampling_defaults = opts.generation_config.defaults_for(path, &file)?;
     tracing::info!(
         defaults = ?sampling_defaults,
         "sampling defaults (a request's own fields win)"
