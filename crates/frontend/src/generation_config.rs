@@ -44,23 +44,31 @@ impl Serialize for DefaultsSource {
 /// Recommended values of the sampling fields; `None` leaves a field to the server's default.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct SamplingDefaults {
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "short_f32")]
     pub temperature: Option<f32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "short_f32")]
     pub top_p: Option<f32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub top_k: Option<i32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "short_f32")]
     pub min_p: Option<f32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "short_f32")]
     pub repetition_penalty: Option<f32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "short_f32")]
     pub presence_penalty: Option<f32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "short_f32")]
     pub frequency_penalty: Option<f32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u32>,
     pub source: DefaultsSource,
+}
+
+/// An f32 as the f64 of its shortest decimal form: 0.95, not 0.949999988079071.
+fn short_f32<S: serde::Serializer>(v: &Option<f32>, s: S) -> Result<S::Ok, S::Error> {
+    match v {
+        Some(x) => s.serialize_f64(x.to_string().parse().unwrap_or(f64::from(*x))),
+        None => s.serialize_none(),
+    }
 }
 
 /// Why sampling defaults could not be read.

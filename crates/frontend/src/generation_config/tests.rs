@@ -26,6 +26,11 @@ fn generation_config_json_gives_vllms_keys() {
     assert_eq!(d.min_p, None);
     assert_eq!(d.max_tokens, Some(512));
     assert_eq!(d.source, DefaultsSource::File("gc.json".into()));
+    assert_eq!(
+        serde_json::to_value(&d).unwrap(),
+        serde_json::json!({"temperature": 0.7, "top_p": 0.8, "top_k": 20,
+            "repetition_penalty": 1.05, "max_tokens": 512, "source": "file:gc.json"})
+    );
     // A file with token ids only recommends nothing.
     let d = SamplingDefaults::from_json(r#"{"bos_token_id": 1, "eos_token_id": 2}"#, "x").unwrap();
     assert!(d.is_empty());

@@ -90,7 +90,7 @@ pub fn load_engine(path: &Path, opts: &LoadOptions<'_>) -> Result<LoadedModel, L
         .map_err(|e| LoadError::Template(e.to_string()))?;
     let sampling_defaults = opts.generation_config.defaults_for(path, &file)?;
     tracing::info!(
-        defaults = ?sampling_defaults,
+        defaults = %serde_json::to_string(&sampling_defaults).unwrap_or_default(),
         "sampling defaults (a request's own fields win)"
     );
     let draft = match opts.setup.speculative.as_ref().map(|s| &s.method) {
