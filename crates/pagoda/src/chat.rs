@@ -22,8 +22,8 @@ pub struct ChatArgs {
     /// --model is loaded).
     #[arg(long, conflicts_with = "model")]
     url: Option<String>,
-    /// GGUF model file to chat with locally [default: SmolLM2-135M-Instruct Q4_1 in
-    /// $PAGODA_MODEL_DIR]
+    /// GGUF model file to chat with locally, or a fetched catalog name (`pagoda list`)
+    /// [default: qwen2.5-coder:0.5b]
     #[arg(long, env = "PAGODA_MODEL")]
     model: Option<PathBuf>,
     /// Bearer key for --url.
@@ -38,9 +38,10 @@ pub struct ChatArgs {
     /// Most tokens per answer [default: the server's].
     #[arg(long)]
     max_tokens: Option<u32>,
-    /// Sampling temperature.
-    #[arg(long, default_value_t = 0.7)]
-    temperature: f32,
+    /// Sampling temperature [default: the model's recommended (--generation-config), else the
+    /// server's].
+    #[arg(long)]
+    temperature: Option<f32>,
     #[command(flatten)]
     engine: EngineArgs,
 }
@@ -252,10 +253,11 @@ async fn first_model(
 /// Loads the model and serves it on a loopback port for this process alone.
 async fn serve_locally(args: &ChatArgs) -> anyhow::Result<(String, String)> {
     let setup = args.engine.resolve()?;
-    let path = model_path::resolve(args.model.clone())?;
+    let path = model_path::resolve(args.model.clone(), false)?;
     let name = "local".to_owned();
     let config = pagoda_server::ServerConfig {
         served_model_name: name.clone(),
+        generation_config: args.engine.generation_config.clone(),
         ..pagoda_server::ServerConfig::default()
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")

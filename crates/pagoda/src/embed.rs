@@ -21,7 +21,8 @@ const PROGRESS_FROM: usize = 1000;
 
 #[derive(Args)]
 pub struct EmbedArgs {
-    /// A sentence-transformers checkpoint directory (all-MiniLM-L6-v2, embeddinggemma-300m).
+    /// A sentence-transformers checkpoint directory, or its catalog name (all-minilm,
+    /// embeddinggemma).
     #[arg(long, env = "PAGODA_MODEL")]
     model: PathBuf,
     /// Files of texts, one a line; none or `-`: standard input.
@@ -69,17 +70,18 @@ pub fn run(args: EmbedArgs) -> anyhow::Result<()> {
     let quantization = pagoda_hf::Quantization::from_name(&args.quantization)
         .with_context(|| format!("--quantization {}", args.quantization))?;
     let lines = read_lines(&args.files)?;
+    let model = crate::model_path::resolve(Some(args.model.clone()), false)?;
     let embedder = Embedder::load(
-        &args.model,
+        &model,
         quantization,
         args.max_batch_tokens,
         Default::default(),
     )
-    .with_context(|| format!("cannot load {}", args.model.display()))?;
+    .with_context(|| format!("cannot load {}", model.display()))?;
     if embedder.cross_encoder {
         anyhow::bail!(
             "{} is a cross-encoder: it scores text pairs (serve it for POST /v1/rerank and /v1/score) and has no embeddings",
-            args.model.display()
+            model.display()
         );
     }
     let runtime = tokio::runtime::Builder::new_current_thread()

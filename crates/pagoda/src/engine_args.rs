@@ -92,6 +92,18 @@ pub struct EngineArgs {
     /// Compute threads [default: all cores].
     #[arg(long, env = "PAGODA_THREADS")]
     pub threads: Option<usize>,
+    /// The sampling a request gets for the fields it does not set (vLLM's flag): `auto` takes
+    /// the model's recommendation (a checkpoint directory's generation_config.json, the GGUF's
+    /// general.sampling.* keys, else the catalog's entry for the file), `none` the built-in
+    /// defaults (temperature 1 for the server, 0 for `generate`; no top-p/top-k or penalties),
+    /// or a generation_config.json FILE.
+    #[arg(
+        long,
+        env = "PAGODA_GENERATION_CONFIG",
+        default_value = "auto",
+        value_name = "auto|none|FILE"
+    )]
+    pub generation_config: pagoda_frontend::GenerationConfigChoice,
     #[command(flatten)]
     pub speculative: SpeculativeArgs,
 }

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
 use pagoda_core::{PositionLogprobs, SamplingParams};
+use pagoda_frontend::SamplingDefaults;
 use pagoda_frontend::chat_prompt::{self, PromptOptions};
 use pagoda_protocol::{ChatMessage as ProtocolMessage, FinishReason, Role};
 use pagoda_server::{
@@ -20,8 +21,8 @@ use crate::model_path;
 
 #[derive(Args)]
 pub struct GenerateArgs {
-    /// GGUF model file, or a Hugging Face checkpoint directory (config.json, *.safetensors,
-    /// tokenizer.json) [default: Qwen2.5-Coder-0.5B-Instruct Q4_K_M in $PAGODA_MODEL_DIR]
+    /// GGUF model file, a Hugging Face checkpoint directory (config.json, *.safetensors,
+    /// tokenizer.json), or a fetched catalog name (`pagoda list`) [default: qwen2.5-coder:0.5b]
     #[arg(long, env = "PAGODA_MODEL")]
     model: Option<PathBuf>,
     /// The prompt text.
@@ -43,18 +44,20 @@ pub struct GenerateArgs {
     /// Most tokens to generate per prompt.
     #[arg(long, default_value_t = 128)]
     max_tokens: u32,
-    /// Sampling temperature; 0 is greedy.
-    #[arg(long, default_value_t = 0.0)]
-    temperature: f32,
-    /// Keep only the K most likely tokens when sampling (0: off).
-    #[arg(long, default_value_t = 0)]
-    top_k: u32,
-    /// Nucleus sampling threshold (1: off).
-    #[arg(long, default_value_t = 1.0)]
-    top_p: f32,
-    /// Drop tokens below this fraction of the best one's probability (0: off).
-    #[arg(long, default_value_t = 0.0)]
-    min_p: f32,
+    /// Sampling temperature; 0 is greedy [default: the model's recommended
+    /// (--generation-config), else 0].
+    #[arg(long)]
+    temperature: Option<f32>,
+    /// Keep only the K most likely tokens when sampling (0: off) [default: the model's, else 0].
+    #[arg(long)]
+    top_k: Option<u32>,
+    /// Nucleus sampling threshold (1: off) [default: the model's, else 1].
+    #[arg(long)]
+    top_p: Option<f32>,
+    /// Drop tokens below this fraction of the best one's probability (0: off) [default: the
+    /// model's, else 0].
+    #[arg(long)]
+    min_p: Option<f32>,
     /// Seed of the sampler's random stream.
     #[arg(long)]
     seed: Option<u64>,
@@ -110,23 +113,36 @@ const FLAGS: FieldNames = FieldNames {
     logprobs: "--top-logprobs",
 };
 
-pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
-    let setup = args.engine.resolve()?;
-    let params = SamplingParams {
-        temperature: args.temperature,
-        top_k: args.top_k,
-        top_p: args.top_p,
-        min_p: args.min_p,
+/// The sampling of every prompt: a flag, else the model's recommendation `d`, else greedy (the
+/// command's own default, as llama.cpp's golden outputs were made).
+fn sampling(args: &GenerateArgs, d: &SamplingDefaults) -> SamplingParams {
+    SamplingParams {
+        temperature: args.temperature.or(d.temperature).unwrap_or(0.0),
+        top_k: args
+            .top_k
+            .or(d.top_k.map(|k| u32::try_from(k).unwrap_or(0)))
+            .unwrap_or(0),
+        top_p: args.top_p.or(d.top_p).unwrap_or(1.0),
+        min_p: args.min_p.or(d.min_p).unwrap_or(0.0),
+        repetition_penalty: d.repetition_penalty.unwrap_or(1.0),
+        presence_penalty: d.presence_penalty.unwrap_or(0.0),
+        frequency_penalty: d.frequency_penalty.unwrap_or(0.0),
         seed: args.seed,
         max_tokens: args.max_tokens,
         ignore_eos: args.ignore_eos,
         logprobs: args.top_logprobs,
         ..SamplingParams::default()
-    };
+    }
+}
+
+pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
+    let setup = args.engine.resolve()?;
     // Caught again with the prompts below; here so a bad flag costs no model load.
-    params.validate().context("invalid sampling arguments")?;
+    sampling(&args, &SamplingDefaults::default())
+        .validate()
+        .context("invalid sampling arguments")?;
     let prompts = read_prompts(&args)?;
-    let path = model_path::resolve(args.model.clone())?;
+    let path = model_path::resolve(args.model.clone(), false)?;
     let template_text = match &args.chat_template {
         Some(p) => Some(
             std::fs::read_to_string(p)
@@ -144,9 +160,11 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
             quantization: args.engine.quantization()?,
             kv_events: None,
             turns: None,
+            generation_config: &args.engine.generation_config,
         },
     )
     .with_context(|| format!("cannot load model {}", path.display()))?;
+    let params = sampling(&args, &m.sampling_defaults);
     let chat = args.chat || args.chat_template.is_some();
     let mut encoded = Vec::with_capacity(prompts.len());
     for text in &prompts {

@@ -4,8 +4,10 @@
 mod chat;
 mod embed;
 mod engine_args;
+mod fetch;
 mod generate;
 mod model_path;
+mod models_cmd;
 mod perplexity;
 mod router;
 mod serve;
@@ -49,6 +51,12 @@ enum Command {
     /// Embed texts (one a line, from files or standard input) with a sentence-transformers
     /// model, written as JSONL or a NumPy .npy file.
     Embed(embed::EmbedArgs),
+    /// Fetch a model of the catalog by name (e.g. qwen2.5-coder:0.5b) into the model directory.
+    Pull(models_cmd::PullArgs),
+    /// The catalog's models: names, task, whether fetched, size and path.
+    List,
+    /// Delete a fetched model and its sidecar files.
+    Rm(models_cmd::RmArgs),
 }
 
 fn main() {
@@ -56,7 +64,7 @@ fn main() {
     // served) show by default, the rest only on warnings.
     let generating = matches!(
         std::env::args().nth(1).as_deref(),
-        Some("generate" | "chat" | "perplexity" | "embed")
+        Some("generate" | "chat" | "perplexity" | "embed" | "pull" | "list" | "rm")
     );
     let default_filter = if generating {
         "warn"
@@ -101,6 +109,9 @@ fn main() {
         Command::Chat(args) => chat::run(args),
         Command::Perplexity(args) => perplexity::run(args),
         Command::Embed(args) => embed::run(args),
+        Command::Pull(args) => models_cmd::pull(args),
+        Command::List => models_cmd::list(),
+        Command::Rm(args) => models_cmd::rm(args),
     };
     if let Err(e) = result {
         // `{:#}` prints the whole context chain on one line: "loading model: file X: ...".

@@ -16,7 +16,8 @@ use crate::model_path;
 
 #[derive(Args)]
 pub struct PerplexityArgs {
-    /// GGUF model file, or a Hugging Face checkpoint directory.
+    /// GGUF model file, a Hugging Face checkpoint directory, or a fetched catalog name
+    /// [default: qwen2.5-coder:0.5b].
     #[arg(long, env = "PAGODA_MODEL")]
     model: Option<PathBuf>,
     /// The text to score (UTF-8). With --kl-divergence the tokens come from the base file.
@@ -55,7 +56,7 @@ pub fn run(args: PerplexityArgs) -> anyhow::Result<()> {
     crate::engine_args::set_threads(args.threads)?;
     let quantization = pagoda_hf::Quantization::from_name(&args.quantization)
         .with_context(|| format!("--quantization {}", args.quantization))?;
-    let path = model_path::resolve(args.model.clone())?;
+    let path = model_path::resolve(args.model.clone(), false)?;
     let kv_cache_dtype: pagoda_model::KvCacheDtype =
         args.kv_cache_dtype.parse().context("--kv-cache-dtype")?;
     let mut opened = pagoda_server::open_model(&path, quantization)?;

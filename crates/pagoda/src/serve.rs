@@ -18,10 +18,10 @@ use crate::model_path;
 
 #[derive(Args)]
 pub struct ServeArgs {
-    /// GGUF model file, or a Hugging Face checkpoint directory (config.json, *.safetensors,
-    /// tokenizer.json); repeat it to serve several models, each under its file's name (the
-    /// first is the default and loads at start-up, the others on their first request)
-    /// [default: Qwen2.5-Coder-0.5B-Instruct Q4_K_M in $PAGODA_MODEL_DIR]
+    /// GGUF model file, a Hugging Face checkpoint directory (config.json, *.safetensors,
+    /// tokenizer.json), or a catalog name (`pagoda list`, fetched when missing); repeat it to
+    /// serve several models, each under its file's name (the first is the default and loads at
+    /// start-up, the others on their first request) [default: qwen2.5-coder:0.5b]
     #[arg(long, env = "PAGODA_MODEL", value_delimiter = ',')]
     model: Vec<PathBuf>,
     /// Also serve every GGUF file and checkpoint directory in DIR (found again on SIGHUP),
@@ -230,10 +230,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         });
     }
     let paths = match args.model.as_slice() {
-        [] => vec![model_path::resolve(None)?],
+        [] => vec![model_path::resolve(None, true)?],
         given => given
             .iter()
-            .map(|p| model_path::resolve(Some(p.clone())))
+            .map(|p| model_path::resolve(Some(p.clone()), true))
             .collect::<anyhow::Result<Vec<_>>>()?,
     };
     let path = paths[0].clone();
@@ -284,6 +284,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         reasoning_parser: args.reasoning_parser,
         chat_template,
         quantization: args.engine.quantization()?,
+        generation_config: args.engine.generation_config.clone(),
         max_batch_tokens: args.max_batch_tokens,
         kv_events: match &args.kv_events_config {
             Some(json) => pagoda_kv_events::KvEventsConfig::parse(json)?,

@@ -7,5 +7,6 @@ mod cli;
 mod deploy_manifests;
 mod embed_cli;
 mod kv_disk_restart;
+mod models_cli;
 mod perplexity;
 mod serve_logs;

@@ -57,6 +57,10 @@ pub struct ModelCard {
     /// Seconds it stays loaded once idle (-1: until memory is short).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keep_alive: Option<f64>,
+    /// pagoda: the model's recommended sampling that requests without their own values get
+    /// (`--generation-config`), each field, and `source` saying where they were published.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampling_defaults: Option<serde_json::Value>,
 }
 
 impl ModelCard {
@@ -75,6 +79,7 @@ impl ModelCard {
             size_bytes: None,
             aliases: Vec::new(),
             keep_alive: None,
+            sampling_defaults: None,
         }
     }
 }

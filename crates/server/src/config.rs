@@ -66,13 +66,16 @@ pub struct ServerConfig {
     /// inside messages and tools are always ignored (`prepare/field_policy.rs`).
     pub unknown_fields: crate::prepare::field_policy::UnknownFields,
     /// Several models: the memory budget, how many stay loaded and for how long.
-    pub models: crate::model::registry::ModelsConfig,
+    pub models: crate::model::models_config::ModelsConfig,
     /// The decode replicas a prefill replica may ship KV to (`--kv-transfer-peers`); a
     /// request naming another destination is refused before any connection.
     pub kv_transfer_peers: crate::prepare::kv_peers::KvPeers,
     /// The key `/models/load` and `/models/unload` need when API keys are set
     /// (`--admin-api-key`); without it those routes are refused whenever keys are set.
     pub admin_api_key: Option<String>,
+    /// Where the model's sampling defaults come from (`--generation-config`): a request's own
+    /// fields win over them, and they over the server's (temperature 1, no top-p/top-k).
+    pub generation_config: pagoda_frontend::GenerationConfigChoice,
 }
 
 impl Default for ServerConfig {
@@ -105,6 +108,7 @@ impl Default for ServerConfig {
             models: Default::default(),
             kv_transfer_peers: Default::default(),
             admin_api_key: None,
+            generation_config: Default::default(),
         }
     }
 }

@@ -13,7 +13,7 @@ use tokio::sync::Notify;
 use crate::api::responses::store::ResponseStore;
 use crate::config::ServerConfig;
 use crate::error::ApiError;
-use crate::http::body::WireRequest;
+use crate::http::wire_request::WireRequest;
 use crate::model::keep_alive::KeepAlive;
 use crate::model::lease::ModelLease;
 use crate::model::registry::{ModelError, ModelRegistry, ModelSpec};

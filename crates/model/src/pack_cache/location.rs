@@ -41,8 +41,9 @@ impl PackCache {
         }
     }
 
-    /// The cache files of the model at `model`, in the order they are read and written.
-    pub(crate) fn candidates(&self, model: &Path) -> Vec<PathBuf> {
+    /// The cache files of the model at `model`, in the order they are read and written
+    /// (`pagoda rm` deletes them with the model).
+    pub fn candidates(&self, model: &Path) -> Vec<PathBuf> {
         let Some(file_name) = model.file_name() else {
             return Vec::new();
         };

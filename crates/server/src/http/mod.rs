@@ -7,3 +7,4 @@ pub mod body;
 pub mod cors;
 pub(crate) mod listener;
 pub mod request_id;
+pub mod wire_request;

@@ -6,12 +6,12 @@ use std::sync::Arc;
 
 use crate::model::embedder::Embedder;
 use crate::model::keep_alive::KeepAlive;
-use crate::model::registry::{ModelRegistry, Slot};
 use crate::model::served::{Loaded, Served, Task};
+use crate::model::slot::{Signals, Slot};
 use crate::prepare::validation_error::ValidationError;
 
 pub struct ModelLease {
-    registry: Arc<ModelRegistry>,
+    signals: Arc<Signals>,
     slot: Arc<Slot>,
     served: Arc<Served>,
     adapter: Option<String>,
@@ -20,14 +20,14 @@ pub struct ModelLease {
 
 impl ModelLease {
     pub(crate) fn new(
-        registry: Arc<ModelRegistry>,
+        signals: Arc<Signals>,
         slot: Arc<Slot>,
         served: Arc<Served>,
         adapter: Option<String>,
         keep_alive: Option<KeepAlive>,
     ) -> Self {
         Self {
-            registry,
+            signals,
             slot,
             served,
             adapter,
@@ -103,6 +103,6 @@ impl ModelLease {
 
 impl Drop for ModelLease {
     fn drop(&mut self) {
-        self.registry.released(&self.slot, self.keep_alive);
+        self.signals.released(&self.slot, self.keep_alive);
     }
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use pagoda_core::engine::{EngineHandle, HandleOptions};
 use pagoda_core::{EngineRequest, SamplingParams, SpecMethod};
-use pagoda_frontend::{ChatTemplate, Tokenizer};
+use pagoda_frontend::{ChatTemplate, GenerationConfigChoice, SamplingDefaults, Tokenizer};
 use pagoda_gguf::GgufFile;
 use pagoda_hf::Quantization;
 use pagoda_kv_events::{KvEventsConfig, KvEventsPublisher};
@@ -38,6 +38,8 @@ pub enum LoadError {
     KvEvents(#[from] pagoda_kv_events::PublishError),
     #[error("{0}")]
     Lora(String),
+    #[error("--generation-config: {0}")]
+    GenerationConfig(#[from] pagoda_frontend::GenerationConfigError),
 }
 
 /// How to load.
@@ -54,6 +56,8 @@ pub struct LoadOptions<'a> {
     pub kv_events: Option<&'a KvEventsConfig>,
     /// The turns the engine's steps take with other models on the machine (`None`: alone).
     pub turns: Option<Arc<pagoda_core::engine::StepTurns>>,
+    /// Where the sampling defaults come from (`--generation-config`).
+    pub generation_config: &'a GenerationConfigChoice,
 }
 
 /// A model serving from its own engine thread, with its text edge.
@@ -68,6 +72,8 @@ pub struct LoadedModel {
     pub kv_events: Option<KvEventsPublisher>,
     /// The model's hyper-parameters (adapters are checked against them).
     pub config: pagoda_model::ModelConfig,
+    /// The model's recommended sampling, as `--generation-config` chose it.
+    pub sampling_defaults: SamplingDefaults,
 }
 
 /// Loads the GGUF at `path` and starts its engine; blocks (call it from a plain thread or
@@ -82,6 +88,11 @@ pub fn load_engine(path: &Path, opts: &LoadOptions<'_>) -> Result<LoadedModel, L
     let tokenizer = Arc::new(tokenizer);
     let template = ChatTemplate::from_gguf(&file, opts.chat_template)
         .map_err(|e| LoadError::Template(e.to_string()))?;
+    let sampling_defaults = opts.generation_config.defaults_for(path, &file)?;
+    tracing::info!(
+        defaults = %serde_json::to_string(&sampling_defaults).unwrap_or_default(),
+        "sampling defaults (a request's own fields win)"
+    );
     let draft = match opts.setup.speculative.as_ref().map(|s| &s.method) {
         Some(SpecMethod::DraftModel { path }) => Some(load_draft(Path::new(path))?),
         _ => None,
@@ -136,6 +147,7 @@ pub fn load_engine(path: &Path, opts: &LoadOptions<'_>) -> Result<LoadedModel, L
         report,
         kv_events,
         config,
+        sampling_defaults,
     })
 }
 

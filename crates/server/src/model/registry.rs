@@ -3,198 +3,22 @@
 //! runs out, when `/models/unload` asks, or when another model needs its memory (`eviction`).
 //! A request holds a [`ModelLease`] while it runs, so a model in use is never unloaded.
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, RwLock, Weak};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 use pagoda_core::engine::StepTurns;
-use pagoda_model::EngineSetup;
 
 use crate::config::ServerConfig;
 use crate::model::eviction::{NoRoom, Resident, victims};
 use crate::model::keep_alive::KeepAlive;
 use crate::model::lease::ModelLease;
 use crate::model::memory;
+pub use crate::model::models_config::ModelsConfig;
 use crate::model::served::{LoadSettings, Served};
+use crate::model::slot::{Lifecycle, Signals, SlotState, Usage, lock};
+pub use crate::model::slot::{ModelSpec, Presence, Slot};
 use crate::observe::metrics::engine::Metrics;
-
-/// A model the server can serve, loaded or not.
-#[derive(Clone, Debug)]
-pub struct ModelSpec {
-    /// The name clients send in `model` and `/v1/models` lists.
-    pub id: String,
-    /// Other names it answers to (a catalog name, the file's stem).
-    pub aliases: Vec<String>,
-    pub path: PathBuf,
-    pub setup: EngineSetup,
-    /// Loaded at start-up (`--preload`, and the default model).
-    pub preload: bool,
-}
-
-/// Where a model stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Presence {
-    Unloaded,
-    Loading,
-    Loaded,
-}
-
-impl Presence {
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Unloaded => "unloaded",
-            Self::Loading => "loading",
-            Self::Loaded => "loaded",
-        }
-    }
-}
-
-enum SlotState {
-    Unloaded,
-    Loading,
-    Loaded {
-        served: Arc<Served>,
-        bytes: u64,
-    },
-    /// The last load failed with this message (the next request tries again).
-    Failed(String),
-}
-
-/// When the model was last used and when it may be unloaded.
-struct Usage {
-    last_used: Instant,
-    keep_alive: KeepAlive,
-    /// Set when the last request ended; `None` while busy or kept forever.
-    expires: Option<Instant>,
-}
-
-/// Loads, failures and unloads of one model, for `/metrics`.
-#[derive(Default)]
-pub struct Lifecycle {
-    pub loads: AtomicU64,
-    pub failures: AtomicU64,
-    pub unloads: AtomicU64,
-    /// Seconds spent loading, over all loads (`_sum` of the load time).
-    pub load_seconds: Mutex<f64>,
-}
-
-/// One served model.
-pub struct Slot {
-    pub spec: ModelSpec,
-    /// Its index in the server's list; the first (index 0) is the default model.
-    pub index: usize,
-    state: Mutex<SlotState>,
-    /// Held while loading: requests arriving meanwhile wait for that load.
-    loading: Mutex<()>,
-    /// Loads attempted, to tell a waiter whether the load it waited for failed.
-    attempts: AtomicU64,
-    in_flight: AtomicUsize,
-    usage: Mutex<Usage>,
-    /// Its requests' latencies and counts (`model_name` label).
-    pub metrics: Arc<Metrics>,
-    pub lifecycle: Lifecycle,
-    /// The context length its file declares, read once (for `/v1/models` while unloaded).
-    declared_context: std::sync::OnceLock<Option<usize>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // The state under these locks stays consistent across a panic elsewhere.
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-impl Slot {
-    pub fn presence(&self) -> Presence {
-        match &*lock(&self.state) {
-            SlotState::Loaded { .. } => Presence::Loaded,
-            SlotState::Loading => Presence::Loading,
-            SlotState::Unloaded | SlotState::Failed(_) => Presence::Unloaded,
-        }
-    }
-
-    /// The model, when loaded (for listing and metrics; requests take a lease instead).
-    pub fn served(&self) -> Option<Arc<Served>> {
-        match &*lock(&self.state) {
-            SlotState::Loaded { served, .. } => Some(Arc::clone(served)),
-            _ => None,
-        }
-    }
-
-    /// Bytes counted against the budget: measured when loaded, estimated otherwise.
-    pub fn bytes(&self, quantization: pagoda_hf::Quantization) -> u64 {
-        match &*lock(&self.state) {
-            SlotState::Loaded { bytes, .. } => *bytes,
-            _ => memory::estimate(&self.spec.path, quantization, &self.spec.setup),
-        }
-    }
-
-    /// The context length the model's file declares (a GGUF's `context_length`), without
-    /// loading it; the engine may cap it to its KV pool once loaded.
-    pub fn declared_context(&self) -> Option<usize> {
-        *self.declared_context.get_or_init(|| {
-            let file = pagoda_gguf::GgufFile::open(&self.spec.path).ok()?;
-            pagoda_model::ModelConfig::from_gguf(&file)
-                .ok()
-                .map(|c| c.context_length)
-        })
-    }
-
-    pub fn in_flight(&self) -> usize {
-        self.in_flight.load(Ordering::Acquire)
-    }
-
-    pub fn keep_alive(&self) -> KeepAlive {
-        lock(&self.usage).keep_alive
-    }
-
-    /// A lease when loaded. Counted in flight under the state lock, so an eviction (which
-    /// checks the count under the same lock) never takes a model a request just got.
-    fn try_lease(&self) -> Option<Arc<Served>> {
-        let st = lock(&self.state);
-        match &*st {
-            SlotState::Loaded { served, .. } => {
-                self.in_flight.fetch_add(1, Ordering::AcqRel);
-                lock(&self.usage).expires = None;
-                Some(Arc::clone(served))
-            }
-            _ => None,
-        }
-    }
-
-    /// Ends a request: the model's idle clock starts when the last one ends.
-    pub(crate) fn release(&self, keep_alive: Option<KeepAlive>) -> bool {
-        let now = Instant::now();
-        let mut u = lock(&self.usage);
-        if let Some(k) = keep_alive {
-            u.keep_alive = k;
-        }
-        u.last_used = now;
-        let idle = self.in_flight.fetch_sub(1, Ordering::AcqRel) == 1;
-        if idle {
-            u.expires = match u.keep_alive {
-                KeepAlive::Forever => None,
-                KeepAlive::For(d) => Some(now + d),
-            };
-        }
-        idle
-    }
-
-    /// Takes the model out if no request holds it: the caller shuts it down.
-    fn take_if_idle(&self) -> Option<Arc<Served>> {
-        let mut st = lock(&self.state);
-        if self.in_flight() != 0 || !matches!(*st, SlotState::Loaded { .. }) {
-            return None;
-        }
-        match std::mem::replace(&mut *st, SlotState::Unloaded) {
-            SlotState::Loaded { served, .. } => {
-                self.lifecycle.unloads.fetch_add(1, Ordering::Relaxed);
-                lock(&self.usage).expires = None;
-                Some(served)
-            }
-            _ => None,
-        }
-    }
-}
 
 /// Why a request's model cannot be served.
 #[derive(Debug, thiserror::Error)]
@@ -217,35 +41,6 @@ pub enum ModelError {
     Busy { model: String },
 }
 
-/// How many models, how much memory and how long they stay.
-#[derive(Clone, Debug)]
-pub struct ModelsConfig {
-    /// Bytes all loaded models may take (weights + KV + scratch); `None`: `memory::default_budget`.
-    pub memory_budget: Option<u64>,
-    /// Most models loaded at once; 0: no limit but memory.
-    pub max_loaded: usize,
-    /// How long an idle model stays loaded unless its requests say otherwise.
-    pub keep_alive: KeepAlive,
-    /// How long a load waits for busy models to free memory before failing with 503.
-    pub room_timeout: Duration,
-    /// `--models-dir`: served too, found again on SIGHUP, each with `dir_setup`.
-    pub dir: Option<PathBuf>,
-    pub dir_setup: EngineSetup,
-}
-
-impl Default for ModelsConfig {
-    fn default() -> Self {
-        Self {
-            memory_budget: None,
-            max_loaded: 0,
-            keep_alive: KeepAlive::Forever,
-            room_timeout: Duration::from_secs(60),
-            dir: None,
-            dir_setup: EngineSetup::default(),
-        }
-    }
-}
-
 /// Every model of the server.
 pub struct ModelRegistry {
     slots: RwLock<Vec<Arc<Slot>>>,
@@ -253,11 +48,10 @@ pub struct ModelRegistry {
     budget: u64,
     /// One load (with the evictions that make its room) at a time.
     load_order: Mutex<()>,
-    /// Signalled when a model goes idle: a load waiting for room looks again.
-    idle: (Mutex<u64>, Condvar),
-    /// Wakes the keep-alive reaper (shared with its thread, which holds the registry only
-    /// while it looks: the registry, and the engines in it, go when the server does).
-    expiry: Arc<(Mutex<bool>, Condvar)>,
+    /// What a request's end wakes (shared with the leases and the keep-alive thread, which
+    /// holds the registry only while it looks: the registry, and the engines in it, go when
+    /// the server does).
+    signals: Arc<Signals>,
     pub turns: Arc<StepTurns>,
 }
 
@@ -272,14 +66,13 @@ impl ModelRegistry {
             config,
             budget,
             load_order: Mutex::new(()),
-            idle: (Mutex::new(0), Condvar::new()),
-            expiry: Arc::new((Mutex::new(false), Condvar::new())),
+            signals: Arc::new(Signals::default()),
             turns: Arc::new(StepTurns::new()),
         });
-        let (weak, expiry) = (Arc::downgrade(&registry), Arc::clone(&registry.expiry));
+        let (weak, signals) = (Arc::downgrade(&registry), Arc::clone(&registry.signals));
         let spawned = std::thread::Builder::new()
             .name("pagoda-keep-alive".into())
-            .spawn(move || reap(&weak, &expiry));
+            .spawn(move || reap(&weak, &signals));
         if let Err(e) = spawned {
             tracing::error!("cannot start the keep-alive thread, idle models stay loaded: {e}");
         }
@@ -393,7 +186,7 @@ impl ModelRegistry {
         let (slot, adapter) = self.find(name)?;
         let served = self.load_blocking(&slot)?;
         Ok(ModelLease::new(
-            Arc::clone(self),
+            Arc::clone(&self.signals),
             slot,
             served,
             adapter,
@@ -410,7 +203,7 @@ impl ModelRegistry {
         let (slot, adapter) = self.find(name)?;
         if let Some(served) = slot.try_lease() {
             return Ok(ModelLease::new(
-                Arc::clone(self),
+                Arc::clone(&self.signals),
                 slot,
                 served,
                 adapter,
@@ -519,7 +312,7 @@ impl ModelRegistry {
                     last_used: lock(&s.usage).last_used,
                 })
                 .collect();
-            let seen = *lock(&self.idle.0);
+            let seen = *lock(&self.signals.idle.0);
             match victims(&resident, need, self.budget, self.config.models.max_loaded) {
                 Ok(v) => {
                     let mut all_gone = true;
@@ -545,9 +338,9 @@ impl ModelRegistry {
                             model: slot.spec.id.clone(),
                         });
                     }
-                    let g = lock(&self.idle.0);
+                    let g = lock(&self.signals.idle.0);
                     if *g == seen {
-                        let _ = self.idle.1.wait_timeout(g, deadline - now);
+                        let _ = self.signals.idle.1.wait_timeout(g, deadline - now);
                     }
                 }
             }
@@ -566,17 +359,6 @@ impl ModelRegistry {
         }
     }
 
-    /// A request ended (its lease dropped).
-    pub(crate) fn released(&self, slot: &Slot, keep_alive: Option<KeepAlive>) {
-        if !slot.release(keep_alive) {
-            return;
-        }
-        *lock(&self.idle.0) += 1;
-        self.idle.1.notify_all();
-        *lock(&self.expiry.0) = true;
-        self.expiry.1.notify_all();
-    }
-
     /// Makes `slot` unload as soon as its last request ends (`/models/unload` on a busy model).
     pub fn expire_when_idle(&self, slot: &Slot) {
         lock(&slot.usage).keep_alive = KeepAlive::For(Duration::ZERO);
@@ -584,8 +366,7 @@ impl ModelRegistry {
         if slot.in_flight() == 0 {
             lock(&slot.usage).expires = Some(Instant::now());
         }
-        *lock(&self.expiry.0) = true;
-        self.expiry.1.notify_all();
+        self.signals.expiry_changed();
     }
 
     /// Stops every loaded model's thread (at shutdown, once requests had their time).
@@ -615,16 +396,10 @@ impl ModelRegistry {
     }
 }
 
-impl Slot {
-    /// Whether `name` is this model's id or one of its aliases.
-    pub fn answers_to(&self, name: &str) -> bool {
-        self.spec.id == name || self.spec.aliases.iter().any(|a| a == name)
-    }
-}
-
 /// The keep-alive thread: sleeps until the next expiry or a request's end, unloads what
 /// expired; exits with the registry.
-fn reap(registry: &Weak<ModelRegistry>, expiry: &(Mutex<bool>, Condvar)) {
+fn reap(registry: &Weak<ModelRegistry>, signals: &Signals) {
+    let expiry = &signals.expiry;
     loop {
         let next = match registry.upgrade() {
             Some(r) => r.reap_once(),

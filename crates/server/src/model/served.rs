@@ -78,6 +78,8 @@ pub struct Loaded {
     pub kv_role: pagoda_core::kv::KvRole,
     /// The transfers' counters, for `/metrics` (a prefill or decode role only).
     pub kv_transfer: Option<Arc<pagoda_model::KvTransferCounters>>,
+    /// The model's recommended sampling (`--generation-config`), under a request's own fields.
+    pub sampling_defaults: pagoda_frontend::SamplingDefaults,
 }
 
 /// A loaded model of either task. One per model, behind an `Arc`: the sizes' difference costs
@@ -154,6 +156,7 @@ pub fn load(path: &Path, s: &LoadSettings<'_>) -> Result<Served, LoadError> {
             quantization: config.quantization,
             kv_events: config.kv_events.as_ref().filter(|_| s.primary),
             turns: Some(Arc::clone(&s.turns)),
+            generation_config: &config.generation_config,
         },
     )?;
     let tool_format = match config.tool_call_parser {
@@ -197,6 +200,7 @@ pub fn load(path: &Path, s: &LoadSettings<'_>) -> Result<Served, LoadError> {
             .map_err(|e| LoadError::Lora(e.to_string()))?;
     }
     Ok(Served::Generate(Loaded {
+        sampling_defaults: m.sampling_defaults,
         loras,
         engine: m.engine,
         tokenizer: m.tokenizer,

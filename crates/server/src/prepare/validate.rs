@@ -192,7 +192,10 @@ pub fn build(
             "not supported yet",
         ));
     }
-    let top_k = match f.top_k {
+    // The one place of the precedence: the request's field, else the model's recommendation
+    // (`--generation-config`), else the server's default below.
+    let d = &loaded.sampling_defaults;
+    let top_k = match f.top_k.or(d.top_k) {
         None | Some(-1) | Some(0) => 0,
         Some(k) if k > 0 => k as u32,
         Some(k) => {
@@ -227,18 +230,18 @@ pub fn build(
         });
     }
     let params = SamplingParams {
-        temperature: f.temperature.unwrap_or(1.0),
+        temperature: f.temperature.or(d.temperature).unwrap_or(1.0),
         top_k,
-        top_p: f.top_p.unwrap_or(1.0),
-        min_p: f.min_p.unwrap_or(0.0),
+        top_p: f.top_p.or(d.top_p).unwrap_or(1.0),
+        min_p: f.min_p.or(d.min_p).unwrap_or(0.0),
         seed: f.seed,
         max_tokens: 1,
         stop_token_ids: f.stop_token_ids.cloned().unwrap_or_default(),
         ignore_eos: f.ignore_eos.unwrap_or(false),
         logprobs: f.logprobs,
-        presence_penalty: f.presence_penalty.unwrap_or(0.0),
-        frequency_penalty: f.frequency_penalty.unwrap_or(0.0),
-        repetition_penalty: f.repetition_penalty.unwrap_or(1.0),
+        presence_penalty: f.presence_penalty.or(d.presence_penalty).unwrap_or(0.0),
+        frequency_penalty: f.frequency_penalty.or(d.frequency_penalty).unwrap_or(0.0),
+        repetition_penalty: f.repetition_penalty.or(d.repetition_penalty).unwrap_or(1.0),
         logit_bias,
         min_tokens: f.min_tokens.unwrap_or(0),
         n: f.n.unwrap_or(1),
@@ -260,12 +263,25 @@ pub fn build(
             params.temperature,
         ));
     }
+    let max_tokens = f.max_tokens.or(d.max_tokens);
+    tracing::debug!(
+        temperature = params.temperature,
+        top_p = params.top_p,
+        top_k = params.top_k,
+        min_p = params.min_p,
+        repetition_penalty = params.repetition_penalty,
+        presence_penalty = params.presence_penalty,
+        frequency_penalty = params.frequency_penalty,
+        max_tokens = ?max_tokens,
+        seed = ?params.seed,
+        "sampling parameters"
+    );
     // The tenant's own salt is put in front by `ValidRequest::for_tenant`.
     let cache_salt = f.cache_salt.cloned();
     let names = f.names;
     let unchecked = Unchecked {
         prompts,
-        max_tokens: f.max_tokens,
+        max_tokens,
         params,
         priority: f.priority.unwrap_or(0),
         cache_salt,

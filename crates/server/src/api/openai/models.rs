@@ -43,6 +43,9 @@ fn card(state: &AppState, slot: &Slot) -> ModelCard {
     let task = match slot.served().as_deref() {
         Some(s) => {
             card.max_model_len = Some(s.max_model_len() as u32);
+            if let Served::Generate(l) = s {
+                card.sampling_defaults = serde_json::to_value(&l.sampling_defaults).ok();
+            }
             s.task()
         }
         None => {

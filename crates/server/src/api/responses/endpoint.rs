@@ -113,8 +113,9 @@ impl GenerationEndpoint for Responses {
             output: Vec::new(),
             parallel_tool_calls: req.parallel_tool_calls.unwrap_or(true),
             previous_response_id: req.previous_response_id.clone(),
-            temperature: Some(req.temperature.unwrap_or(1.0)),
-            top_p: Some(req.top_p.unwrap_or(1.0)),
+            // What the request samples with (its own, the model's or the server's default).
+            temperature: Some(request.params().temperature),
+            top_p: Some(request.params().top_p),
             tool_choice: req.tool_choice.clone().unwrap_or_else(|| json!("auto")),
             tools: req
                 .tools
