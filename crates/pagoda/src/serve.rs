@@ -261,7 +261,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .clone()
         .unwrap_or_else(|| model_id(&path));
     let models = models_config(&args, &setup)?;
-    let specs = model_specs(&paths, &served_model_name, &args.preload, &setup);
+    let mut specs = model_specs(&paths, &served_model_name, &args.preload, &setup);
+    // A model given by its catalog name (`qwen2.5-coder:0.5b`) also answers to that name.
+    for (spec, arg) in specs.iter_mut().zip(&args.model) {
+        let typed = arg.to_string_lossy();
+        if !arg.exists() && typed != spec.id {
+            spec.aliases.push(typed.into_owned());
+        }
+    }
     let chat_template = match args.chat_template {
         Some(t) => Some(read_template(&t)?),
         None => None,
