@@ -4,14 +4,18 @@
 1. Time to the first token of a request whose model is not loaded (the file in the page
    cache: it was read just before) and of the same request once the model is loaded, for
    Qwen2.5-Coder-0.5B (a streamed chat) and MiniLM (one embedding).
-2. Chat tokens/s (4 concurrent greedy streams of 128 tokens) and embeddings sentences/s (2
-   clients, 32 sentences a request) for 30 s each alone, then both at once on one server. The
+2. Chat tokens/s (4 concurrent greedy requests of 128 tokens) and embeddings sentences/s (2
+   clients, 32 sentences a request, base64 vectors) for 30 s each alone, then both at once on one server. The
    goal: chat_together/chat_alone + embed_together/embed_alone >= 0.9 (both loaded and busy
    lose no more than 10% of what the machine does for one of them alone).
 
+With --llama-server PATH (a llama-server built outside the project, see REFERENCES.md), part 1
+also runs llama.cpp's router mode (`--models-dir` over a directory holding the Qwen file): the
+same request that loads the model (a child llama-server process) and once it is loaded.
+
 Usage (repository root):
   cargo build --release -p pagoda
-  python3 docs/bench/multi_model.py --pagoda target/release/pagoda [--seconds 30]
+  python3 docs/bench/multi_model.py --pagoda target/release/pagoda [--seconds 30] [--llama-server PATH]
 Standard library only.
 """
 
@@ -116,6 +120,32 @@ def first_token_times(pagoda):
     return out
 
 
+def llama_router_times(binary):
+    """llama-server's router mode: TTFT of the request that loads Qwen, then once loaded."""
+    import tempfile
+    d = tempfile.mkdtemp()
+    os.symlink(QWEN, os.path.join(d, os.path.basename(QWEN)))
+    warm_file(QWEN)
+    port = free_port()
+    env = dict(os.environ, LD_LIBRARY_PATH=os.path.dirname(binary))
+    proc = subprocess.Popen([binary, "--models-dir", d, "--port", str(port)], env=env,
+                            stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
+                break
+            except Exception:
+                time.sleep(0.1)
+        model = os.path.basename(QWEN)[: -len(".gguf")]
+        return {"llama_router_qwen_loading_s": ttft_chat(port, model),
+                "llama_router_qwen_loaded_s": min(ttft_chat(port, model) for _ in range(5))}
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
 def chat_worker(port, model, stop, counts):
     body = {"model": model, "max_tokens": 128, "temperature": 0, "ignore_eos": True,
             "messages": [{"role": "user", "content": "Write a long story about a river."}]}
@@ -129,8 +159,20 @@ def embed_worker(port, model, stop, counts):
     while not stop.is_set():
         batch = [SENTENCE.format(n + i) for i in range(32)]
         n += 32
-        post(port, "/v1/embeddings", {"model": model, "input": batch}).read()
+        # base64: the client decodes nothing, so its CPU stays out of the server's way.
+        body = {"model": model, "input": batch, "encoding_format": "base64"}
+        post(port, "/v1/embeddings", body).read()
         counts.append(32)
+
+
+def counter(port, name, model):
+    """A `model_name`-labelled counter of the server's /metrics."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    prefix = f'{name}{{model_name="{model}"}} '
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            return float(line[len(prefix):])
+    return 0.0
 
 
 def run_load(port, seconds, chat_model=None, embed_model=None):
@@ -145,12 +187,16 @@ def run_load(port, seconds, chat_model=None, embed_model=None):
                     for _ in range(2)]
     for t in threads:
         t.start()
-    # Counted over a window that starts once every client is running.
+    # Counted by the server (tokens generated, sentences embedded) over a window that starts
+    # once every client is running.
+    def read():
+        c = counter(port, "pagoda:generation_tokens_total", chat_model) if chat_model else 0.0
+        e = counter(port, "pagoda:embedding_inputs_total", embed_model) if embed_model else 0.0
+        return c, e, time.time()
     time.sleep(3)
-    c0, e0 = sum(chat_counts), sum(embed_counts)
-    t0 = time.time()
+    c0, e0, t0 = read()
     time.sleep(seconds)
-    c1, e1, t1 = sum(chat_counts), sum(embed_counts), time.time()
+    c1, e1, t1 = read()
     stop.set()
     for t in threads:
         t.join()
@@ -181,8 +227,11 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--pagoda", default="target/release/pagoda")
     ap.add_argument("--seconds", type=float, default=30)
+    ap.add_argument("--llama-server", help="a llama-server binary with router mode")
     args = ap.parse_args()
     result = first_token_times(args.pagoda)
+    if args.llama_server:
+        result.update(llama_router_times(args.llama_server))
     result.update(throughput(args.pagoda, args.seconds))
     for k, v in result.items():
         print(f"{k:24} {v:10.3f}")
