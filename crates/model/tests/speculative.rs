@@ -200,6 +200,16 @@ fn every_method_gives_the_tokens_and_logprobs_of_plain_decoding() {
                     2,
                 ),
             ),
+            // `auto` K: the engine times its steps at start-up and picks K per step from the
+            // cost curve and the acceptance so far; the tokens must not depend on the K chosen.
+            (
+                "suffix (auto K)",
+                None,
+                SpecConfig {
+                    method: SpecMethod::Suffix,
+                    num_speculative_tokens: NumSpecTokens::Auto { max: 4 },
+                },
+            ),
         ];
         for (name, draft, config) in cases {
             let (got, counters, preemptions) = run(&t, draft, &setup(Some(config), kv));
