@@ -171,12 +171,8 @@ fn tiny_gemma3_chunking() {
     check_mixed_batch("tiny gemma3", &|| common::tiny(&spec));
 }
 
-#[test]
-fn smollm2_chunking() {
-    check_chunking("smollm2", &|| common::load_model(common::SMOLLM2), 40);
-    check_mixed_batch("smollm2", &|| common::load_model(common::SMOLLM2));
-}
-
+/// One real model: Gemma 3 (sliding and global layers, K-quants). The llama graph's chunking
+/// is the tiny llama's and tiny Qwen3's above (SmolLM2's real run of it took 10 s).
 #[test]
 fn gemma3_chunking() {
     check_chunking("gemma3", &|| common::load_model(common::GEMMA3), 40);

@@ -471,14 +471,11 @@ fn regex_lite_match(rx: &str, s: &str) -> bool {
     }
 }
 
+/// On SmolLM2 only: the constraint machinery does not depend on the model, and Qwen's
+/// vocabulary is covered by its schema suite above (its run of this test took 11 s).
 #[test]
 fn smollm2_regex_choice_grammar_and_free_requests_share_a_batch() {
     regex_choice_and_free_share_a_batch(common::SMOLLM2);
-}
-
-#[test]
-fn qwen2_regex_choice_grammar_and_free_requests_share_a_batch() {
-    regex_choice_and_free_share_a_batch(common::QWEN2);
 }
 
 #[test]
