@@ -5,6 +5,7 @@
 //! lifecycle (`/models/load`, `/models/unload`).
 
 pub mod anthropic;
+pub mod encoder_request;
 pub mod ids;
 pub mod lifecycle;
 pub mod openai;

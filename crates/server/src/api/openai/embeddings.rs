@@ -3,8 +3,6 @@
 //! off the runtime), hands the job to the embedding batcher (`embedder.rs`), and answers in
 //! OpenAI's shape: floats or base64, with token usage.
 
-use std::sync::Arc;
-
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
@@ -12,13 +10,13 @@ use pagoda_protocol::{
     Embedding, EmbeddingRequest, EmbeddingResponse, EmbeddingUsage, EmbeddingVector,
 };
 
+use crate::api::encoder_request::{Admitted, admit_and_prepare};
 use crate::error::ApiError;
 use crate::error::rejected::rejected;
 use crate::http::body::JsonBody;
 use crate::http::request_id::RequestInfo;
 use crate::model::embedder::EmbedJob;
 use crate::model::lease::ModelLease;
-use crate::prepare::blocking::run_blocking;
 use crate::prepare::embed::{self, EmbedOptions, Truncate};
 use crate::prepare::field_policy::Ignored;
 use crate::prepare::validation_error::ValidationError;
@@ -37,17 +35,12 @@ pub async fn embeddings(
     JsonBody(req): JsonBody<EmbeddingRequest>,
 ) -> Response {
     let ua = RequestInfo::user_agent_of(info);
-    let _in_flight = match state.admit() {
-        Ok(g) => g,
-        Err(e) => return rejected(&state, e),
-    };
-    let model = match state.model_for(&req).await {
-        Ok(m) => Arc::new(m),
-        Err(e) => return rejected(&state, e),
-    };
-    let (st, m) = (state.clone(), Arc::clone(&model));
-    let prepared = match run_blocking(move || prepare(&st, &m, req, ua)).await {
-        Ok(p) => p,
+    let Admitted {
+        in_flight: _in_flight,
+        model,
+        prepared,
+    } = match admit_and_prepare(&state, req, ua, prepare).await {
+        Ok(a) => a,
         Err(e) => return rejected(&state, e),
     };
     let embedder = match model.embedder() {

@@ -3,13 +3,12 @@
 //! ones, answered as TEI does: a JSON array of vectors, errors as `{"error", "error_type"}`
 //! with TEI's statuses (`error/shape.rs`).
 
-use std::sync::Arc;
-
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use pagoda_protocol::tei::TeiEmbedRequest;
 
+use crate::api::encoder_request::{Admitted, admit_and_prepare};
 use crate::error::ApiError;
 use crate::error::mapping::tei_body_error;
 use crate::error::rejected::rejected_as;
@@ -18,7 +17,6 @@ use crate::http::body::JsonBody;
 use crate::http::request_id::RequestInfo;
 use crate::model::embedder::EmbedJob;
 use crate::model::lease::ModelLease;
-use crate::prepare::blocking::run_blocking;
 use crate::prepare::embed::{self, EmbedOptions, Truncate};
 use crate::prepare::field_policy::Ignored;
 use crate::prepare::validation_error::ValidationError;
@@ -35,17 +33,12 @@ pub async fn embed(
         Err(e) => return fail(tei_body_error(e)),
     };
     let ua = RequestInfo::user_agent_of(info);
-    let _in_flight = match state.admit() {
-        Ok(g) => g,
-        Err(e) => return fail(e),
-    };
-    let model = match state.model_for(&req).await {
-        Ok(m) => Arc::new(m),
-        Err(e) => return fail(e),
-    };
-    let (st, m) = (state.clone(), Arc::clone(&model));
-    let job = match run_blocking(move || prepare(&st, &m, req, ua)).await {
-        Ok(j) => j,
+    let Admitted {
+        in_flight: _in_flight,
+        model,
+        prepared: job,
+    } = match admit_and_prepare(&state, req, ua, prepare).await {
+        Ok(a) => a,
         Err(e) => return fail(e),
     };
     let embedder = match model.embedder() {

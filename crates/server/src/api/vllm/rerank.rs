@@ -3,8 +3,6 @@
 //! rules (`prepare/score_pairs.rs`, off the runtime) and the embedding batcher
 //! (`model/pair_scores.rs`); the answer lists the documents most relevant first.
 
-use std::sync::Arc;
-
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
@@ -12,6 +10,7 @@ use pagoda_protocol::{
     RerankRequest, RerankResponse, RerankResult, RerankResultDocument, RerankUsage,
 };
 
+use crate::api::encoder_request::{Admitted, admit_and_prepare};
 use crate::api::ids::random_id;
 use crate::error::ApiError;
 use crate::error::rejected::rejected;
@@ -19,7 +18,6 @@ use crate::http::body::JsonBody;
 use crate::http::request_id::RequestInfo;
 use crate::model::lease::ModelLease;
 use crate::model::pair_scores::{ScoreJob, scores};
-use crate::prepare::blocking::run_blocking;
 use crate::prepare::embed::Truncate;
 use crate::prepare::field_policy::Ignored;
 use crate::prepare::score_pairs::{self, PairOptions};
@@ -45,17 +43,12 @@ pub async fn rerank(
 
 /// Answers a parsed request (`/rerank` parses it itself, to tell TEI's shape from this one).
 pub async fn answer(state: AppState, user_agent: Option<String>, req: RerankRequest) -> Response {
-    let _in_flight = match state.admit() {
-        Ok(g) => g,
-        Err(e) => return rejected(&state, e),
-    };
-    let model = match state.model_for(&req).await {
-        Ok(m) => Arc::new(m),
-        Err(e) => return rejected(&state, e),
-    };
-    let (st, m) = (state.clone(), Arc::clone(&model));
-    let p = match run_blocking(move || prepare(&st, &m, req, user_agent)).await {
-        Ok(p) => p,
+    let Admitted {
+        in_flight: _in_flight,
+        model,
+        prepared: p,
+    } = match admit_and_prepare(&state, req, user_agent, prepare).await {
+        Ok(a) => a,
         Err(e) => return rejected(&state, e),
     };
     let encoder = match model.encoder() {

@@ -2,13 +2,12 @@
 //! shared scoring rules (`prepare/score_pairs.rs`, off the runtime), scored through the
 //! embedding batcher (`model/pair_scores.rs`), one score per pair in pair order.
 
-use std::sync::Arc;
-
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use pagoda_protocol::{EmbeddingUsage, ScoreData, ScoreRequest, ScoreResponse};
 
+use crate::api::encoder_request::{Admitted, admit_and_prepare};
 use crate::api::ids::{now_secs, random_id};
 use crate::error::ApiError;
 use crate::error::rejected::rejected;
@@ -16,7 +15,6 @@ use crate::http::body::JsonBody;
 use crate::http::request_id::RequestInfo;
 use crate::model::lease::ModelLease;
 use crate::model::pair_scores::{ScoreJob, scores};
-use crate::prepare::blocking::run_blocking;
 use crate::prepare::embed::Truncate;
 use crate::prepare::field_policy::Ignored;
 use crate::prepare::score_pairs::{self, PairOptions};
@@ -28,17 +26,12 @@ pub async fn score(
     JsonBody(req): JsonBody<ScoreRequest>,
 ) -> Response {
     let ua = RequestInfo::user_agent_of(info);
-    let _in_flight = match state.admit() {
-        Ok(g) => g,
-        Err(e) => return rejected(&state, e),
-    };
-    let model = match state.model_for(&req).await {
-        Ok(m) => Arc::new(m),
-        Err(e) => return rejected(&state, e),
-    };
-    let (st, m) = (state.clone(), Arc::clone(&model));
-    let job = match run_blocking(move || prepare(&st, &m, req, ua)).await {
-        Ok(j) => j,
+    let Admitted {
+        in_flight: _in_flight,
+        model,
+        prepared: job,
+    } = match admit_and_prepare(&state, req, ua, prepare).await {
+        Ok(a) => a,
         Err(e) => return rejected(&state, e),
     };
     let encoder = match model.encoder() {
