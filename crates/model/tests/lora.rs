@@ -595,7 +595,7 @@ fn smollm2_with_an_adapter_equals_merged_weights() {
     eprintln!("SmolLM2 rank 16: adapter effect {effect}, error vs merged {err}");
 }
 
-/// The real Qwen 0.5B with a rank-32 adapter on every projection, loaded from a PEFT directory
+/// The real Qwen 0.5B with a rank-32 adapter on its attention projections, loaded from a PEFT directory
 /// (the Hugging Face names mapped onto qwen2's, which GGUF stores unpermuted): logits and
 /// greedy tokens of the merged model; its 151,936 x 896 embedding stays quantized (memory and
 /// time), so the tied LM head quantizes its input and the bound is 1e-2 of the largest logit.
@@ -604,7 +604,10 @@ fn qwen_with_a_peft_adapter_equals_merged_weights() {
     let path = common::model_dir().join(common::QWEN2);
     let base = GgufFile::open(&path).unwrap();
     let c = ModelConfig::from_gguf(&base).unwrap();
-    let (r, t) = random_tensors(&c, 32, &ALL_STEMS, 33);
+    // The attention projections only: Qwen2's q/k/v carry biases, the part of this graph the
+    // tiny models lack. Every stem is checked on the tiny llama and Gemma 3 above; here all
+    // seven made the f32 reference (each targeted matrix widened, twice) 22 s of work.
+    let (r, t) = random_tensors(&c, 32, &ALL_STEMS[..4], 33);
     let dir = tempdir("qwen");
     let opts = PeftOptions {
         llama_rope: None,
