@@ -47,8 +47,8 @@ pub struct ServeArgs {
         allow_hyphen_values = true
     )]
     keep_alive: String,
-    /// With API keys set, `POST /models/load` and `/models/unload` need this key (and are
-    /// refused without it).
+    /// With API keys set, the lifecycle routes (`POST /models/load`, `/models/unload`, the LoRA
+    /// load/unload routes) need this key or a keys-file key with the `admin` scope.
     #[arg(long, env = "PAGODA_ADMIN_API_KEY", hide_env_values = true)]
     admin_api_key: Option<String>,
     /// Address to listen on.

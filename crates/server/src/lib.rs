@@ -83,19 +83,20 @@ pub fn app(state: AppState) -> Router {
         .route("/score", post(api::vllm::score::score))
         .route("/tokenize", post(api::vllm::tokenize::tokenize))
         .route("/detokenize", post(api::vllm::tokenize::detokenize));
-    let api = if state.config().lora.runtime_updates {
-        api.route("/v1/load_lora_adapter", post(api::vllm::lora::load))
-            .route("/v1/unload_lora_adapter", post(api::vllm::lora::unload))
-    } else {
-        api
-    };
     let lifecycle = Router::new()
         .route("/models/load", post(api::lifecycle::models::load))
-        .route("/models/unload", post(api::lifecycle::models::unload))
-        .route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            http::auth::require_admin,
-        ));
+        .route("/models/unload", post(api::lifecycle::models::unload));
+    let lifecycle = if state.config().lora.runtime_updates {
+        lifecycle
+            .route("/v1/load_lora_adapter", post(api::vllm::lora::load))
+            .route("/v1/unload_lora_adapter", post(api::vllm::lora::unload))
+    } else {
+        lifecycle
+    };
+    let lifecycle = lifecycle.route_layer(middleware::from_fn_with_state(
+        state.clone(),
+        http::auth::require_admin,
+    ));
     let api = api
         .merge(lifecycle)
         // Before the route layer, so that the key check wraps the 405 as well.

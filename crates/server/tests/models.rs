@@ -326,8 +326,10 @@ fn a_memory_budget_of_two_models_evicts_the_least_recently_used_idle_one() {
 
 #[test]
 fn the_lifecycle_routes_need_the_admin_key_when_keys_are_set() {
+    let keys = std::env::temp_dir().join(format!("pagoda-models-keys-{}.json", std::process::id()));
+    std::fs::write(&keys, r#"{"keys": [{"key": "user", "tenant": "u"}]}"#).unwrap();
     let s = TestServer::start_unloaded(ServerConfig {
-        api_key: Some("user".to_owned()),
+        api_keys_file: Some(keys.clone()),
         admin_api_key: Some("admin".to_owned()),
         ..ServerConfig::default()
     });
@@ -340,6 +342,7 @@ fn the_lifecycle_routes_need_the_admin_key_when_keys_are_set() {
                 .json(&json!({"model": "m"}))
                 .send()
         };
+        // An inference key: refused; an unknown one: 401.
         assert_eq!(call("user").await.unwrap().status(), 403);
         assert_eq!(call("wrong").await.unwrap().status(), 401);
         // The admin key passes the check (no model is served: 503).
@@ -347,4 +350,5 @@ fn the_lifecycle_routes_need_the_admin_key_when_keys_are_set() {
     });
     s.stop();
     s.join().unwrap();
+    let _ = std::fs::remove_file(&keys);
 }

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use common::{MODEL, TestServer, config, error_of, small_setup};
+use common::{MODEL, TestServer, client, config, error_of, small_setup};
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 
@@ -24,6 +24,7 @@ fn keys(with_dave: bool) -> String {
         json!({"key": "kf1", "tenant": "frank"}),
         json!({"key": "kf2", "tenant": "frank"}),
         json!({"key": "kg", "tenant": "gina", "priority": 2}),
+        json!({"key": "kops", "tenant": "ops", "scopes": ["admin"]}),
     ];
     if with_dave {
         entries.push(json!({"key": "kd", "tenant": "dave"}));
@@ -235,4 +236,38 @@ async fn metrics_need_their_key_and_api_keys_do_not_open_them() {
     assert!(text.contains("pagoda:tenant_requests_running{tenant=\"gina\"}"));
     // And a request with no key, or a wrong one, is refused on the API.
     assert_eq!(complete("nope", "Hi", 1).await.status, 401);
+}
+
+/// Scopes: a file key has `inference` unless it says otherwise; the lifecycle routes need
+/// `admin`, and a key with only `admin` cannot generate.
+#[tokio::test]
+async fn scopes_decide_who_may_load_models_and_who_may_generate() {
+    let s = server();
+    let c = client();
+    let load = |key: &'static str| {
+        c.post(s.url("/models/load"))
+            .bearer_auth(key)
+            .json(&json!({"model": common::MODEL}))
+            .send()
+    };
+    assert_eq!(load("ka").await.unwrap().status(), 403);
+    let ok = load("kops").await.unwrap();
+    assert_eq!(ok.status(), 200, "{:?}", ok.text().await);
+    let chat = c
+        .post(s.url("/v1/chat/completions"))
+        .bearer_auth("kops")
+        .json(&json!({"model": common::MODEL, "max_tokens": 1,
+                      "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(chat.status(), 403);
+    let body: serde_json::Value = chat.json().await.unwrap();
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("`inference` scope"),
+        "{body}"
+    );
 }

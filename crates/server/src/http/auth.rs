@@ -12,12 +12,25 @@ use axum::response::Response;
 use crate::error::ApiError;
 use crate::error::shape::ErrorShape;
 use crate::state::AppState;
-use crate::tenants::TenantState;
 use crate::tenants::key_digest::{constant_time_eq, key_digest};
+use crate::tenants::{Scopes, TenantState};
 
 /// The tenant a request was authenticated as (absent when no keys are configured).
 #[derive(Clone)]
 pub struct Caller(pub std::sync::Arc<TenantState>);
+
+/// What the request's key may do (absent when no keys are configured: anything).
+#[derive(Clone, Copy)]
+pub struct CallerScopes(pub Scopes);
+
+/// The routes that load and unload models and adapters: `admin` scope ([`require_admin`]),
+/// not `inference`.
+fn is_lifecycle(path: &str) -> bool {
+    matches!(
+        path,
+        "/models/load" | "/models/unload" | "/v1/load_lora_adapter" | "/v1/unload_lora_adapter"
+    )
+}
 
 /// The key a request presents: `Authorization: Bearer <key>`, or Anthropic's `x-api-key`.
 fn presented_key(headers: &HeaderMap) -> Option<&str> {
@@ -46,10 +59,16 @@ pub async fn require_key(State(state): State<AppState>, mut req: Request, next: 
     let tenants = state.tenants();
     if tenants.required() {
         let given = presented_key(req.headers());
-        match given.and_then(|k| tenants.resolve(k)) {
-            Some(tenant) => {
+        match given.and_then(|k| tenants.resolve_with_scopes(k)) {
+            Some((tenant, scopes)) => {
+                if !scopes.inference && !is_lifecycle(req.uri().path()) {
+                    state.metrics().count_rejected("unauthorized");
+                    let e = ApiError::forbidden("this key lacks the `inference` scope");
+                    return ErrorShape::for_path(req.uri().path()).response(e);
+                }
                 tracing::Span::current().record("tenant", tenant.name.as_str());
                 req.extensions_mut().insert(Caller(tenant));
+                req.extensions_mut().insert(CallerScopes(scopes));
             }
             // The admin key (`--admin-api-key`) is a key of the server too, under no tenant.
             None if given.is_some_and(|g| is_admin(&state, g)) => {}
@@ -59,17 +78,22 @@ pub async fn require_key(State(state): State<AppState>, mut req: Request, next: 
     next.run(req).await
 }
 
-/// Middleware of `/models/load` and `/models/unload`, after [`require_key`]: with API keys
-/// set, loading and unloading models is for the admin key (`--admin-api-key`) alone, and
-/// refused to everyone when there is none; without keys the routes are open, as the rest.
+/// Middleware of the lifecycle routes (models and LoRA adapters, load and unload), after
+/// [`require_key`]: with API keys set they need the admin key (`--admin-api-key`) or a key
+/// with the `admin` scope (the one `--api-key` has every scope); without keys they are open,
+/// as the rest.
 pub async fn require_admin(State(state): State<AppState>, req: Request, next: Next) -> Response {
     if state.tenants().required() {
         let given = presented_key(req.headers());
-        let ok = given.is_some_and(|g| is_admin(&state, g));
+        let scoped = req
+            .extensions()
+            .get::<CallerScopes>()
+            .is_some_and(|CallerScopes(s)| s.admin);
+        let ok = scoped || given.is_some_and(|g| is_admin(&state, g));
         if !ok {
             state.metrics().count_rejected("unauthorized");
             let e = ApiError::forbidden(
-                "loading and unloading models needs the admin key (--admin-api-key)",
+                "loading and unloading models and adapters needs the `admin` scope or --admin-api-key",
             );
             return ErrorShape::for_path(req.uri().path()).response(e);
         }

@@ -6,14 +6,19 @@
 //! {"keys": [
 //!   {"key": "sk-alice-1", "tenant": "alice", "max_requests_per_minute": 60,
 //!    "max_tokens_per_minute": 20000, "max_concurrent_requests": 4, "priority": 2},
-//!   {"key": "sk-bob", "tenant": "bob"}
+//!   {"key": "sk-bob", "tenant": "bob"},
+//!   {"key": "sk-ops", "tenant": "ops", "scopes": ["admin"]}
 //! ]}
 //! ```
+//!
+//! `scopes` (`tenants/scopes.rs`) says what the key may do; without it, `inference`.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use serde::Deserialize;
+
+use crate::tenants::scopes::{SCOPE_NAMES, Scopes};
 
 /// What a tenant may do; `None` is unlimited.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -35,6 +40,7 @@ struct Entry {
     max_tokens_per_minute: Option<u64>,
     max_concurrent_requests: Option<u32>,
     priority: Option<u32>,
+    scopes: Option<Vec<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -65,6 +71,7 @@ pub struct KeyEntry {
     pub key: String,
     pub tenant: String,
     pub limits: Limits,
+    pub scopes: Scopes,
 }
 
 /// Reads and checks the file: non-empty unique keys, tenant names usable as metric labels,
@@ -148,10 +155,23 @@ pub fn parse(text: &str) -> Result<Vec<KeyEntry>, KeysFileError> {
                 by_tenant.insert(e.tenant.clone(), l);
             }
         }
+        let scopes = match &e.scopes {
+            None => Scopes::INFERENCE,
+            Some(names) if names.is_empty() => {
+                return Err(bad("`scopes` must name at least one scope".into()));
+            }
+            Some(names) => Scopes::parse(names).map_err(|n| {
+                bad(format!(
+                    "`scopes` has {n:?}; the scopes are {}",
+                    SCOPE_NAMES.join(", ")
+                ))
+            })?,
+        };
         out.push(KeyEntry {
             key: e.key,
             tenant: e.tenant,
             limits: l,
+            scopes,
         });
     }
     Ok(out)
@@ -175,6 +195,7 @@ mod tests {
         assert_eq!(got.len(), 3);
         assert_eq!(got[0].limits.max_requests_per_minute, Some(3));
         assert_eq!(got[2].limits, Limits::default());
+        assert_eq!(got[2].scopes, Scopes::INFERENCE);
     }
 
     #[test]
@@ -200,6 +221,14 @@ mod tests {
             (
                 r#"{"keys": [{"key": "k", "tenant": "a", "rpm": 2}]}"#,
                 "unknown field",
+            ),
+            (
+                r#"{"keys": [{"key": "k", "tenant": "a", "scopes": ["root"]}]}"#,
+                "the scopes are inference, admin",
+            ),
+            (
+                r#"{"keys": [{"key": "k", "tenant": "a", "scopes": []}]}"#,
+                "at least one scope",
             ),
         ] {
             let err = parse(text).err().map(|e| e.to_string()).unwrap_or_default();

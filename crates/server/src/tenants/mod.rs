@@ -5,6 +5,7 @@
 
 pub mod key_digest;
 pub mod keys_file;
+pub mod scopes;
 pub mod tenant;
 
 use std::collections::HashMap;
@@ -16,6 +17,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use pagoda_exposition::{Exposition, Scraped};
 
 pub use keys_file::{KeysFileError, Limits};
+pub use scopes::Scopes;
 pub use tenant::{OverLimit, TenantPermit, TenantState};
 
 /// A key's digest: 128 bits of SipHash under a per-process random key.
@@ -25,7 +27,7 @@ type Digest = [u8; 16];
 pub const DEFAULT_TENANT: &str = "default";
 
 struct Table {
-    entries: Vec<(Digest, Arc<TenantState>)>,
+    entries: Vec<(Digest, Arc<TenantState>, Scopes)>,
 }
 
 /// Every key the server accepts, and every tenant it has known since start.
@@ -72,7 +74,7 @@ impl Tenants {
                 key_digest::tenant_salt(key),
                 Limits::default(),
             );
-            t.swap(vec![(digest(&t.hasher, key), state)]);
+            t.swap(vec![(digest(&t.hasher, key), state, Scopes::ALL)]);
         }
         t
     }
@@ -88,18 +90,18 @@ impl Tenants {
         let mut entries = Vec::new();
         if let Some(d) = self.single {
             let current = self.current();
-            entries.extend(current.entries.iter().filter(|(e, _)| *e == d).cloned());
+            entries.extend(current.entries.iter().filter(|(e, _, _)| *e == d).cloned());
         }
         if let Some(path) = &self.file {
             for e in keys_file::read(path)? {
                 let salt = key_digest::tenant_salt(&format!("tenant\u{0}{}", e.tenant));
                 let state = self.tenant(&e.tenant, salt, e.limits);
                 state.set_limits(e.limits);
-                entries.push((digest(&self.hasher, &e.key), state));
+                entries.push((digest(&self.hasher, &e.key), state, e.scopes));
             }
         }
         let keys = entries.len();
-        let mut names: Vec<&str> = entries.iter().map(|(_, s)| s.name.as_str()).collect();
+        let mut names: Vec<&str> = entries.iter().map(|(_, s, _)| s.name.as_str()).collect();
         names.sort_unstable();
         names.dedup();
         let tenants = names.len();
@@ -110,15 +112,20 @@ impl Tenants {
     /// The tenant holding `key`. Every entry is compared, in constant time each, so the time
     /// taken says nothing about which key (or how much of one) matched.
     pub fn resolve(&self, key: &str) -> Option<Arc<TenantState>> {
+        self.resolve_with_scopes(key).map(|(t, _)| t)
+    }
+
+    /// The tenant holding `key` and what the key may do.
+    pub fn resolve_with_scopes(&self, key: &str) -> Option<(Arc<TenantState>, Scopes)> {
         let d = digest(&self.hasher, key);
         let table = self.current();
         let mut found = None;
-        for (e, state) in &table.entries {
+        for (e, state, scopes) in &table.entries {
             if key_digest::constant_time_eq(e, &d) {
-                found = Some(state);
+                found = Some((Arc::clone(state), *scopes));
             }
         }
-        found.cloned()
+        found
     }
 
     /// Per-tenant counters and gauges, labelled by tenant name.
@@ -189,7 +196,7 @@ impl Tenants {
         Arc::clone(&self.table.read().unwrap_or_else(|p| p.into_inner()))
     }
 
-    fn swap(&self, entries: Vec<(Digest, Arc<TenantState>)>) {
+    fn swap(&self, entries: Vec<(Digest, Arc<TenantState>, Scopes)>) {
         *self.table.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(Table { entries });
     }
 }
