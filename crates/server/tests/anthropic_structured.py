@@ -12,13 +12,15 @@ Usage: anthropic_structured.py --base-url http://127.0.0.1:PORT --model NAME
 import argparse
 import json
 import sys
-import traceback
 from concurrent.futures import ThreadPoolExecutor
 from typing import Literal
 
 import anthropic
 import jsonschema
 from pydantic import BaseModel
+
+import checks
+from checks import Failed
 
 CHECKS = []
 
@@ -28,8 +30,6 @@ def check(fn):
     return fn
 
 
-class Failed(Exception):
-    pass
 
 
 def expect(cond, message):
@@ -173,29 +173,7 @@ def main():
     p.add_argument("--model", required=True)
     args = p.parse_args()
     c = Ctx(args)
-    failed = []
-
-    def run(fn):
-        try:
-            fn(c)
-            return None
-        except Exception as e:  # noqa: BLE001 - report every failure
-            return e, traceback.format_exc()
-
-    # Independent greedy checks, sent at once: the server decodes them in one batch.
-    with ThreadPoolExecutor(max_workers=len(CHECKS)) as pool:
-        results = list(pool.map(run, CHECKS))
-    for fn, result in zip(CHECKS, results):
-        if result is None:
-            print(f"ok    {fn.__name__}")
-            continue
-        e, tb = result
-        failed.append(fn.__name__)
-        print(f"FAIL  {fn.__name__}: {e}")
-        if not isinstance(e, Failed):
-            print(tb, file=sys.stderr)
-    print(f"{len(CHECKS) - len(failed)}/{len(CHECKS)} checks passed")
-    sys.exit(1 if failed else 0)
+    sys.exit(checks.run_all(CHECKS, c))
 
 
 if __name__ == "__main__":

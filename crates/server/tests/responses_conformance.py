@@ -13,13 +13,13 @@ Usage: responses_conformance.py --base-url http://127.0.0.1:PORT/v1 --model NAME
 """
 
 import argparse
-import io
 import json
 import sys
-import traceback
-from concurrent.futures import ThreadPoolExecutor
 
 import openai
+
+import checks
+from checks import Failed
 
 CHECKS = []
 
@@ -29,8 +29,6 @@ def check(fn):
     return fn
 
 
-class Failed(Exception):
-    pass
 
 
 def expect(cond, message):
@@ -228,29 +226,7 @@ def main():
     p.add_argument("--model", required=True)
     args = p.parse_args()
     c = Ctx(args)
-    failed = []
-
-    def run(fn):
-        # The checks are independent (each makes its own requests): they run at once, the
-        # server batches them, and each one's output is printed in order below.
-        out = io.StringIO()
-        try:
-            fn(c)
-            print(f"ok    {fn.__name__}", file=out)
-            return out.getvalue(), None
-        except Exception as e:  # noqa: BLE001 - report every failure
-            print(f"FAIL  {fn.__name__}: {e}", file=out)
-            if not isinstance(e, Failed):
-                traceback.print_exc(file=out)
-            return out.getvalue(), fn.__name__
-
-    with ThreadPoolExecutor(max_workers=len(CHECKS)) as pool:
-        for text, failure in pool.map(run, CHECKS):
-            print(text, end="", flush=True)
-            if failure:
-                failed.append(failure)
-    print(f"{len(CHECKS) - len(failed)}/{len(CHECKS)} checks passed (openai {openai.__version__})")
-    sys.exit(1 if failed else 0)
+    sys.exit(checks.run_all(CHECKS, c, f"openai {openai.__version__}"))
 
 
 if __name__ == "__main__":

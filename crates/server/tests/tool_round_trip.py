@@ -13,10 +13,11 @@ Usage: tool_round_trip.py --base-url http://127.0.0.1:PORT/v1 --model NAME [--ch
 import argparse
 import json
 import sys
-import traceback
-from concurrent.futures import ThreadPoolExecutor
 
 import openai
+
+import checks
+from checks import Failed
 
 CHECKS = []
 
@@ -26,8 +27,6 @@ def check(fn):
     return fn
 
 
-class Failed(Exception):
-    pass
 
 
 def expect(cond, message):
@@ -162,37 +161,7 @@ def main():
     p.add_argument("--checks", help="comma-separated check names (default: all)")
     args = p.parse_args()
     c = Ctx(args)
-    failed = []
-    checks = CHECKS
-    if args.checks:
-        wanted = args.checks.split(",")
-        unknown = set(wanted) - {fn.__name__ for fn in CHECKS}
-        if unknown:
-            sys.exit(f"unknown checks: {sorted(unknown)}")
-        checks = [fn for fn in CHECKS if fn.__name__ in wanted]
-
-    def run(fn):
-        try:
-            fn(c)
-            return None
-        except Exception as e:  # noqa: BLE001 - report every failure
-            return e, traceback.format_exc()
-
-    # The checks are independent and greedy (outputs do not depend on the batch): sent at once,
-    # the server decodes them in one batch instead of one request after another.
-    with ThreadPoolExecutor(max_workers=len(checks)) as pool:
-        results = list(pool.map(run, checks))
-    for fn, result in zip(checks, results):
-        if result is None:
-            print(f"ok    {fn.__name__}")
-            continue
-        e, tb = result
-        failed.append(fn.__name__)
-        print(f"FAIL  {fn.__name__}: {e}")
-        if not isinstance(e, Failed):
-            print(tb, file=sys.stderr)
-    print(f"{len(checks) - len(failed)}/{len(checks)} checks passed")
-    sys.exit(1 if failed else 0)
+    sys.exit(checks.run_all(checks.select(CHECKS, args.checks), c))
 
 
 if __name__ == "__main__":
