@@ -352,3 +352,68 @@ fn the_lifecycle_routes_need_the_admin_key_when_keys_are_set() {
     s.join().unwrap();
     let _ = std::fs::remove_file(&keys);
 }
+
+/// When the models in the way are all busy, a load waits for one to finish and then answers
+/// 503 (the model is not evicted under its request); once one is idle the load goes through.
+#[test]
+fn a_load_with_only_busy_models_in_the_way_waits_then_answers_503() {
+    let dir = std::env::temp_dir().join(format!("pagoda-models-busy-{}", std::process::id()));
+    let paths = tiny_models(&dir);
+    let setup = EngineSetup {
+        kv_cache_memory: Some(4 << 20),
+        max_model_len: Some(256),
+        ..EngineSetup::default()
+    };
+    let one = std::fs::metadata(&paths[0]).unwrap().len()
+        + (4 << 20)
+        + pagoda_server::model::memory::SCRATCH_BYTES;
+    let config = ServerConfig {
+        models: ModelsConfig {
+            memory_budget: Some(one * 5 / 2),
+            room_timeout: Duration::from_millis(300),
+            ..ModelsConfig::default()
+        },
+        ..ServerConfig::default()
+    };
+    let specs: Vec<ModelSpec> = ["a", "b", "c"]
+        .iter()
+        .zip(&paths)
+        .map(|(id, p)| spec(id, p.clone(), &setup))
+        .collect();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let s = TestServer::start_with(move || {
+        let state = AppState::new(config);
+        for sp in specs {
+            assert!(state.add_model(sp));
+        }
+        state.preload_blocking().unwrap();
+        tx.send(state.clone()).unwrap();
+        state
+    });
+    let state = rx.recv().unwrap();
+    // Requests in flight on `a` and `b`: their leases.
+    let a = state.models().acquire_blocking(Some("a"), None).unwrap();
+    let b = state.models().acquire_blocking(Some("b"), None).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let c = client();
+        let body = json!({"model": "c", "prompt": [1, 2, 3], "max_tokens": 1});
+        let (status, v) = post(&c, &s.url("/v1/completions"), &body).await;
+        assert_eq!(status, 503, "{v}");
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains("busy"),
+            "{v}"
+        );
+        assert_eq!(state_of(&s, "a").await, "loaded");
+        assert_eq!(state_of(&s, "b").await, "loaded");
+        drop(b);
+        let (status, v) = post(&c, &s.url("/v1/completions"), &body).await;
+        assert_eq!(status, 200, "{v}");
+        assert_eq!(state_of(&s, "b").await, "unloaded");
+        assert_eq!(state_of(&s, "a").await, "loaded");
+    });
+    drop(a);
+    s.stop();
+    s.join().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}

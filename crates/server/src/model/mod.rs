@@ -11,6 +11,7 @@ pub mod lease;
 pub mod loader;
 pub mod loras;
 pub mod memory;
+pub mod model_error;
 pub mod models_config;
 pub mod models_dir;
 pub mod pair_scores;

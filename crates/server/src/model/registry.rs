@@ -14,32 +14,12 @@ use crate::model::eviction::{NoRoom, Resident, victims};
 use crate::model::keep_alive::KeepAlive;
 use crate::model::lease::ModelLease;
 use crate::model::memory;
+pub use crate::model::model_error::ModelError;
 pub use crate::model::models_config::ModelsConfig;
 use crate::model::served::{LoadSettings, Served};
 use crate::model::slot::{Lifecycle, Signals, SlotState, Usage, lock};
 pub use crate::model::slot::{ModelSpec, Presence, Slot};
 use crate::observe::metrics::engine::Metrics;
-
-/// Why a request's model cannot be served.
-#[derive(Debug, thiserror::Error)]
-pub enum ModelError {
-    #[error("The model `{model}` does not exist; this server serves: {available}.")]
-    NotFound { model: String, available: String },
-    #[error("no model is loaded yet")]
-    NoModels,
-    #[error("cannot load model `{model}`: {message}")]
-    LoadFailed { model: String, message: String },
-    #[error("model `{model}` needs {need} bytes, more than the {budget} bytes of --models-memory")]
-    TooBig {
-        model: String,
-        need: u64,
-        budget: u64,
-    },
-    #[error(
-        "no memory to load model `{model}`: the models loaded are all busy; retry when they finish"
-    )]
-    Busy { model: String },
-}
 
 /// Every model of the server.
 pub struct ModelRegistry {
@@ -230,19 +210,20 @@ impl ModelRegistry {
         if let Some(s) = slot.try_lease() {
             return Ok(s);
         }
-        // The load this request waited for failed: it gets that error, not a second try.
+        // The attempt this request waited for failed (the load, or making room for it): it
+        // gets that error, not a second try (and not a second wait for room).
         if slot.attempts.load(Ordering::Acquire) != seen
-            && let SlotState::Failed(message) = &*lock(&slot.state)
+            && let SlotState::Failed(e) = &*lock(&slot.state)
         {
-            return Err(ModelError::LoadFailed {
-                model: slot.spec.id.clone(),
-                message: message.clone(),
-            });
+            return Err(e.clone());
         }
         let _order = lock(&self.load_order);
-        self.make_room(slot)?;
-        *lock(&slot.state) = SlotState::Loading;
         slot.attempts.fetch_add(1, Ordering::AcqRel);
+        if let Err(e) = self.make_room(slot) {
+            *lock(&slot.state) = SlotState::Failed(e.clone());
+            return Err(e);
+        }
+        *lock(&slot.state) = SlotState::Loading;
         let started = Instant::now();
         tracing::info!(model = slot.spec.id, path = %slot.spec.path.display(), "loading model");
         let settings = LoadSettings {
@@ -287,11 +268,12 @@ impl ModelRegistry {
     fn failed(&self, slot: &Slot, message: String) -> ModelError {
         tracing::error!(model = slot.spec.id, "model load failed: {message}");
         slot.lifecycle.failures.fetch_add(1, Ordering::Relaxed);
-        *lock(&slot.state) = SlotState::Failed(message.clone());
-        ModelError::LoadFailed {
+        let e = ModelError::LoadFailed {
             model: slot.spec.id.clone(),
             message,
-        }
+        };
+        *lock(&slot.state) = SlotState::Failed(e.clone());
+        e
     }
 
     /// Unloads idle models, least recently used first, until `slot` fits; waits (up to

@@ -11,6 +11,7 @@ use pagoda_model::EngineSetup;
 
 use crate::model::keep_alive::KeepAlive;
 use crate::model::memory;
+use crate::model::model_error::ModelError;
 use crate::model::served::Served;
 use crate::observe::metrics::engine::Metrics;
 
@@ -52,8 +53,8 @@ pub(super) enum SlotState {
         served: Arc<Served>,
         bytes: u64,
     },
-    /// The last load failed with this message (the next request tries again).
-    Failed(String),
+    /// The last attempt failed so (the next request tries again).
+    Failed(ModelError),
 }
 
 /// When the model was last used and when it may be unloaded.
