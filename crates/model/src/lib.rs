@@ -23,7 +23,7 @@ pub use kv::cache::KvCache;
 pub use kv::disk::{DiskTier, KvDiskConfig, KvDiskError};
 pub use kv::groups::KvGroupPlan;
 pub use kv::tier_bytes::TierBytes;
-pub use kv::transfer::{KvTransferConfig, KvTransferCounters};
+pub use kv::transfer::{KvSecret, KvTransferConfig, KvTransferCounters, SecretError};
 pub use lora::{LoraAdapter, LoraError, LoraOptions, LoraTarget};
 pub use models::Model;
 pub use pack_cache::{CacheMiss, PackCache, PackCacheStatus};

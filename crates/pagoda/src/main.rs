@@ -6,6 +6,7 @@ mod embed;
 mod engine_args;
 mod fetch;
 mod generate;
+mod kv_transfer_args;
 mod model_path;
 mod models_cmd;
 mod perplexity;

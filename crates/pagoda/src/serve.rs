@@ -14,6 +14,7 @@ use pagoda_server::model::registry::ModelSpec;
 use pagoda_server::{AppState, ServerConfig};
 
 use crate::engine_args::EngineArgs;
+use crate::kv_transfer_args::KvTransferArgs;
 use crate::model_path;
 
 #[derive(Args)]
@@ -137,9 +138,18 @@ pub struct ServeArgs {
     /// asked for again); 0: no limit.
     #[arg(long, env = "PAGODA_MAX_CPU_LORAS", default_value_t = 0)]
     max_cpu_loras: usize,
-    /// Serve POST /v1/load_lora_adapter and /v1/unload_lora_adapter.
-    #[arg(long, env = "PAGODA_ENABLE_LORA_RUNTIME_UPDATES")]
+    /// Serve POST /v1/load_lora_adapter and /v1/unload_lora_adapter (adapters from --lora-dir
+    /// only).
+    #[arg(
+        long,
+        env = "PAGODA_ENABLE_LORA_RUNTIME_UPDATES",
+        requires = "lora_dir"
+    )]
     enable_lora_runtime_updates: bool,
+    /// The directory runtime-loaded adapters must lie in (`lora_path` relative to it, or an
+    /// absolute path inside it): a client cannot make the server read any other file.
+    #[arg(long, env = "PAGODA_LORA_DIR", value_name = "DIR")]
+    lora_dir: Option<PathBuf>,
     /// Keep the prefix cache on disk too: blocks evicted from memory (and, at shutdown, the
     /// ones still cached) are written to DIR, read back when a prompt's prefix is there, and
     /// found again by the next server on DIR (one server per directory: a lock file).
@@ -149,40 +159,8 @@ pub struct ServeArgs {
     /// deleted beyond) [default: 20GiB].
     #[arg(long, env = "PAGODA_KV_DISK_SIZE", requires = "kv_disk_dir")]
     kv_disk_size: Option<String>,
-    /// Prefill/decode disaggregation: `prefill` computes prompts and ships their KV to the
-    /// decode replica a request's `kv_transfer_params` names; `decode` receives KV on
-    /// --kv-transfer-port and generates; `both` (default) is an ordinary replica
-    /// (docs/scale-out.md). `decode` cannot be combined with --kv-disk-dir.
-    #[arg(long, env = "PAGODA_KV_ROLE", default_value = "both", value_parser = ["prefill", "decode", "both"])]
-    kv_role: String,
-    /// With --kv-role prefill: the decode replicas this replica may ship KV to, `host:port` or
-    /// `host` (any port), comma-separated; a DNS name admits every address it resolves to (a
-    /// headless Service). A request naming another destination is refused (400) before any
-    /// connection: clients cannot steer the server's connections.
-    #[arg(
-        long,
-        env = "PAGODA_KV_TRANSFER_PEERS",
-        value_delimiter = ',',
-        value_name = "HOST[:PORT]"
-    )]
-    kv_transfer_peers: Vec<String>,
-    /// Address the decode role listens on for KV transfers.
-    #[arg(long, env = "PAGODA_KV_TRANSFER_HOST", default_value = "0.0.0.0")]
-    kv_transfer_host: String,
-    /// Port the decode role listens on for KV transfers.
-    #[arg(long, env = "PAGODA_KV_TRANSFER_PORT", default_value_t = 7100)]
-    kv_transfer_port: u16,
-    /// Seconds a decode request waits for its transfer (and a transfer connection may stall)
-    /// before it prefills locally.
-    #[arg(long, env = "PAGODA_KV_TRANSFER_TIMEOUT", default_value_t = 5.0)]
-    kv_transfer_timeout: f64,
-    /// Most bytes of received KV held until their requests claim them, e.g. 1GiB; a
-    /// transfer that does not fit is refused (its request prefills locally).
-    #[arg(long, env = "PAGODA_KV_TRANSFER_BUFFER", default_value = "1GiB")]
-    kv_transfer_buffer: String,
-    /// Seconds received KV that no request claimed is kept.
-    #[arg(long, env = "PAGODA_KV_TRANSFER_TTL", default_value_t = 60.0)]
-    kv_transfer_ttl: f64,
+    #[command(flatten)]
+    kv_transfer: KvTransferArgs,
     /// Embedding models: most tokens one forward pass runs (TEI's flag). A request with more
     /// is cut into several passes, and short requests go between them, so a query does not
     /// wait for a whole document batch.
@@ -204,31 +182,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             prefill_tokens_per_sec: None,
         });
     }
-    let role = pagoda_core::kv::KvRole::parse(&args.kv_role)
-        .with_context(|| format!("--kv-role {}: prefill, decode or both", args.kv_role))?;
-    let kv_transfer_peers =
-        pagoda_server::prepare::kv_peers::KvPeers::parse(&args.kv_transfer_peers)?;
-    if role == pagoda_core::kv::KvRole::Prefill && kv_transfer_peers.is_empty() {
-        anyhow::bail!(
-            "--kv-role prefill needs --kv-transfer-peers: the decode replicas (host:port, or a DNS name such as a headless Service) it may send KV to"
-        );
-    }
-    if role != pagoda_core::kv::KvRole::Both {
-        let host = &args.kv_transfer_host;
-        setup.kv_transfer = Some(pagoda_model::KvTransferConfig {
-            role,
-            listen: if host.contains(':') {
-                format!("[{host}]:{}", args.kv_transfer_port)
-            } else {
-                format!("{host}:{}", args.kv_transfer_port)
-            },
-            timeout: positive_secs("--kv-transfer-timeout", args.kv_transfer_timeout)?,
-            buffer_bytes: parse_size(&args.kv_transfer_buffer).context("--kv-transfer-buffer")?,
-            ttl: positive_secs("--kv-transfer-ttl", args.kv_transfer_ttl)?,
-            model_identity: String::new(), // the model file's, filled in at load
-            counters: Default::default(),
-        });
-    }
+    let (kv_transfer, kv_transfer_peers) = args.kv_transfer.resolve()?;
+    setup.kv_transfer = kv_transfer;
     let paths = match args.model.as_slice() {
         [] => vec![model_path::resolve(None, true)?],
         given => given
@@ -303,6 +258,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             max_cpu_loras: args.max_cpu_loras,
             max_loras: args.engine.max_loras,
             runtime_updates: args.enable_lora_runtime_updates,
+            runtime_dir: args.lora_dir,
         },
         models,
         kv_transfer_peers,
@@ -456,7 +412,7 @@ fn models_config(
 }
 
 /// A timeout flag's seconds; zero would close every connection at once, so it is refused.
-fn positive_secs(flag: &str, secs: f64) -> anyhow::Result<Duration> {
+pub(crate) fn positive_secs(flag: &str, secs: f64) -> anyhow::Result<Duration> {
     // try_from_secs_f64 also refuses values too large for a Duration.
     match Duration::try_from_secs_f64(secs) {
         Ok(d) if !d.is_zero() => Ok(d),

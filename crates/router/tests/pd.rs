@@ -3,8 +3,10 @@
 //! long prompt goes prefill -> transfer -> decode and its greedy output is the same as one
 //! replica's (and `cached_tokens` shows the imported blocks were used); a short one is
 //! prefilled on the decode replica; a transfer cut off mid-way (a relay that drops the
-//! connection after a few KiB) falls back to a local prefill and completes; and afterwards
-//! neither side holds a block or a buffered transfer. Needs the `pagoda` binary built.
+//! connection after a few KiB) falls back to a local prefill and completes; a peer without the
+//! shared secret (`--kv-transfer-secret-file`, which both replicas share) is refused before
+//! any frame is read; and afterwards neither side holds a block or a buffered transfer. Needs
+//! the `pagoda` binary built.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -144,7 +146,19 @@ async fn prefill_transfer_decode_matches_one_replica_and_failures_fall_back() {
         return;
     }
     let kv_port = free_port();
+    let dir = std::env::temp_dir().join(format!("pagoda-pd-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let secret = dir.join("kv.secret");
+    std::fs::write(
+        &secret,
+        "dGhlIHNoYXJlZCBzZWNyZXQgb2YgdGhpcyB0ZXN0
+",
+    )
+    .unwrap();
+    let secret = secret.to_string_lossy().into_owned();
     let prefill = start(&[
+        "--kv-transfer-secret-file",
+        &secret,
         "--kv-role",
         "prefill",
         "--kv-transfer-peers",
@@ -153,6 +167,8 @@ async fn prefill_transfer_decode_matches_one_replica_and_failures_fall_back() {
         "3",
     ]);
     let decode = start(&[
+        "--kv-transfer-secret-file",
+        &secret,
         "--kv-role",
         "decode",
         "--kv-transfer-host",
@@ -207,6 +223,19 @@ async fn prefill_transfer_decode_matches_one_replica_and_failures_fall_back() {
         metric(&c, &decode.url, "pagoda:kv_transfer_fallbacks_total").await,
         1.0
     );
+
+    // A peer without the secret writing a transfer's first frame: refused unread, counted.
+    let mut intruder = TcpStream::connect(&kv).unwrap();
+    let _ = intruder.write_all(b"PGKX\x01\x00\x00\x00\x00");
+    let _ = intruder.read_to_end(&mut Vec::new());
+    settles(
+        &c,
+        &decode.url,
+        "pagoda:kv_transfer_auth_failures_total",
+        1.0,
+    )
+    .await;
+    let _ = std::fs::remove_dir_all(&dir);
 
     // No blocks are left held on either side, and no received block waits unclaimed.
     for url in [&prefill.url, &decode.url] {

@@ -508,6 +508,7 @@ async fn kv_transfer_params_cannot_point_a_prefill_replica_elsewhere() {
             buffer_bytes: 1 << 20,
             ttl: Duration::from_secs(5),
             model_identity: String::new(),
+            secret: None,
             counters: Default::default(),
         }),
         ..pagoda_model::EngineSetup::default()

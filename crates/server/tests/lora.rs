@@ -83,6 +83,7 @@ async fn adapters_load_unload_and_reload_under_load() {
         max_cpu_loras: 1,
         max_loras: 2,
         runtime_updates: true,
+        runtime_dir: Some(dir.clone()),
     };
     let s = TestServer::start(common::small_setup(), config);
     let c = client();
@@ -143,6 +144,27 @@ async fn adapters_load_unload_and_reload_under_load() {
             .contains("missing.gguf"),
         "{v}"
     );
+    // Only files under --lora-dir: not the model file, not a valid adapter reached through
+    // `..`; a `..` that comes back inside is fine (the resolved path is what counts).
+    let outside = dir.with_extension("outside.gguf");
+    std::fs::copy(&a1, &outside).unwrap();
+    let back_in = format!("../{}/a1.gguf", dir.file_name().unwrap().to_string_lossy());
+    let escape = format!("../{}", outside.file_name().unwrap().to_string_lossy());
+    let model_file = common::model_path().to_string_lossy().into_owned();
+    for (path, want) in [(model_file, 400), (escape, 400), (back_in, 200)] {
+        let load = json!({"lora_name": "x", "lora_path": path});
+        let (status, v) = lora_call(&c, &s, "/v1/load_lora_adapter", load).await;
+        assert_eq!(status, want, "{path}: {v}");
+        if want == 400 {
+            assert_eq!(error_of(&v)["param"], "lora_path", "{v}");
+        }
+    }
+    let _ = std::fs::remove_file(&outside);
+    let unload = json!({"lora_name": "x"});
+    assert_eq!(
+        lora_call(&c, &s, "/v1/unload_lora_adapter", unload).await.0,
+        200
+    );
 
     // Under load: requests of a, b and the base run while `a` is unloaded and replaced by a
     // changed adapter under the same name.
@@ -158,7 +180,8 @@ async fn adapters_load_unload_and_reload_under_load() {
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     let (status, v) = lora_call(&c, &s, "/v1/unload_lora_adapter", json!({"lora_name": "a"})).await;
     assert_eq!(status, 200, "{v}");
-    let reload = json!({"lora_name": "a", "lora_path": a2});
+    // A path relative to --lora-dir.
+    let reload = json!({"lora_name": "a", "lora_path": a2.file_name().unwrap().to_string_lossy()});
     let (status, v) = lora_call(&c, &s, "/v1/load_lora_adapter", reload).await;
     assert_eq!(status, 200, "{v}");
     for r in running {

@@ -71,6 +71,7 @@ fn start(dir: &Path, compat: MetricsCompat) -> TestServer {
             buffer_bytes: 16 << 20,
             ttl: Duration::from_secs(30),
             model_identity: String::new(),
+            secret: None,
             counters: Default::default(),
         }),
         ..EngineSetup::default()
@@ -91,6 +92,7 @@ fn start(dir: &Path, compat: MetricsCompat) -> TestServer {
             max_cpu_loras: 0,
             max_loras: 1,
             runtime_updates: false,
+            runtime_dir: None,
         },
         ..ServerConfig::default()
     };

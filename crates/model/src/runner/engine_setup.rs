@@ -262,7 +262,14 @@ fn open_transfer(
     Ok(match c.role {
         KvRole::Both => None,
         KvRole::Prefill => Some(Transfer::Send(
-            KvSender::start(layout, payload_len, c.timeout, Arc::clone(&c.counters)).map_err(io)?,
+            KvSender::start(
+                layout,
+                payload_len,
+                c.timeout,
+                c.secret.clone(),
+                Arc::clone(&c.counters),
+            )
+            .map_err(io)?,
         )),
         KvRole::Decode => {
             if setup.kv_disk.is_some() {

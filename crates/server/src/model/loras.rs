@@ -23,6 +23,28 @@ pub struct LoraConfig {
     pub max_loras: usize,
     /// Whether `/v1/load_lora_adapter` and `/v1/unload_lora_adapter` exist.
     pub runtime_updates: bool,
+    /// `--lora-dir`: the only directory `/v1/load_lora_adapter` reads from (a relative
+    /// `lora_path` is taken inside it); without it, the route loads nothing.
+    pub runtime_dir: Option<PathBuf>,
+}
+
+impl LoraConfig {
+    /// Where a runtime `lora_path` points, if it lies under `--lora-dir` (after resolving
+    /// `..` and symbolic links, so neither can step out).
+    pub fn runtime_path(&self, given: &str) -> Result<PathBuf, LoraServeError> {
+        let outside = || LoraServeError::OutsideDir {
+            path: given.to_owned(),
+            dir: self.runtime_dir.as_ref().map(|d| d.display().to_string()),
+        };
+        let dir = self.runtime_dir.as_ref().ok_or_else(outside)?;
+        let dir = dir.canonicalize().map_err(|_| outside())?;
+        let path = dir.join(given).canonicalize().map_err(|_| outside())?;
+        if path.starts_with(&dir) {
+            Ok(path)
+        } else {
+            Err(outside())
+        }
+    }
 }
 
 /// Reads the adapter at `path`, a GGUF LoRA file or a PEFT directory, for a model of `model`.
@@ -54,12 +76,21 @@ pub enum LoraServeError {
     AlreadyLoaded(String),
     #[error("The lora adapter name '{0}' is the base model's name.")]
     BaseName(String),
+    #[error("{}", outside_message(path, dir.as_deref()))]
+    OutsideDir { path: String, dir: Option<String> },
     #[error("Cannot load the lora adapter '{name}' from {path}: {message}")]
     Load {
         name: String,
         path: String,
         message: String,
     },
+}
+
+fn outside_message(path: &str, dir: Option<&str>) -> String {
+    match dir {
+        Some(dir) => format!("lora_path {path:?} is not an adapter under --lora-dir {dir}"),
+        None => "runtime adapter loading needs the server started with --lora-dir".into(),
+    }
 }
 
 struct Entry {

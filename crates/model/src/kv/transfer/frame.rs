@@ -2,19 +2,21 @@
 //! transfer): a `Begin` frame (version, layout digest, transfer id, block count, payload
 //! length), one `Block` frame per block (group key, then the block's per-layer K and V bytes
 //! as `kv/disk/block_bytes.rs` lays them out), an `End` frame. Every frame is
-//! `magic "PGKX" | kind u8 | body length u32 LE | body | checksum u64 LE` (the pack cache's
-//! checksum of the body, the kind mixed in); a peer's lengths are bounded before anything is allocated.
+//! `magic "PGKX" | kind u8 | body length u32 LE | body | trailer`: the pack cache's checksum of
+//! the body (u64 LE, the kind mixed in), or on an authenticated connection the frame's
+//! HMAC-SHA256 tag (`auth.rs`); a peer's lengths are bounded before anything is allocated.
 
 use std::io::{self, Read, Write};
 
 use pagoda_core::kv::BlockHash;
 use thiserror::Error;
 
+use super::auth::{HELLO, Seal};
 use crate::pack_cache::checksum::checksum;
 
 /// Version of the transfer protocol (in `Begin`).
 pub const VERSION: u16 = 1;
-const MAGIC: &[u8; 4] = b"PGKX";
+pub(super) const MAGIC: &[u8; 4] = b"PGKX";
 /// The longest transfer id accepted.
 pub const MAX_ID_LEN: usize = 256;
 /// The largest block payload accepted (far above any model's block; bounds allocations).
@@ -60,6 +62,10 @@ pub enum FrameError {
     TooLong { len: usize, max: usize },
     #[error("frame checksum mismatch")]
     Checksum,
+    #[error("frame authentication failed (tampered, replayed or out of order)")]
+    BadTag,
+    #[error("the peer authenticates (--kv-transfer-secret-file) and this replica has no secret")]
+    PeerAuthenticates,
     #[error("malformed {0} frame")]
     Malformed(&'static str),
 }
@@ -73,8 +79,8 @@ impl Frame {
         }
     }
 
-    /// The frame's bytes.
-    pub fn encode(&self) -> Vec<u8> {
+    /// The frame's bytes, its trailer made by `seal`.
+    pub fn encode(&self, seal: &mut Seal) -> Vec<u8> {
         let mut out = Vec::with_capacity(64);
         out.extend_from_slice(MAGIC);
         out.push(self.kind());
@@ -104,24 +110,39 @@ impl Frame {
         }
         let len = (out.len() - HEAD) as u32;
         out[5..HEAD].copy_from_slice(&len.to_le_bytes());
-        let sum = frame_sum(self.kind(), &out[HEAD..]);
-        out.extend_from_slice(&sum.to_le_bytes());
+        match seal {
+            Seal::Checksum => {
+                let sum = frame_sum(self.kind(), &out[HEAD..]);
+                out.extend_from_slice(&sum.to_le_bytes());
+            }
+            Seal::Mac { .. } => {
+                let tag = seal.tag(&out[..HEAD], &out[HEAD..]);
+                out.extend_from_slice(&tag);
+            }
+        }
         out
     }
 
     /// Writes the frame.
-    pub fn write_to(&self, w: &mut impl Write) -> io::Result<()> {
-        w.write_all(&self.encode())
+    pub fn write_to(&self, w: &mut impl Write, seal: &mut Seal) -> io::Result<()> {
+        w.write_all(&self.encode(seal))
     }
 
-    /// Reads one frame whose body is at most `max_body` bytes. A clean end of stream before
-    /// the first byte is `Ok(None)`.
-    pub fn read_from(r: &mut impl Read, max_body: usize) -> Result<Option<Self>, FrameError> {
+    /// Reads one frame whose body is at most `max_body` bytes and whose trailer `seal`
+    /// accepts. A clean end of stream before the first byte is `Ok(None)`.
+    pub fn read_from(
+        r: &mut impl Read,
+        max_body: usize,
+        seal: &mut Seal,
+    ) -> Result<Option<Self>, FrameError> {
         let mut head = [0u8; HEAD];
         match read_full(r, &mut head)? {
             0 => return Ok(None),
             n if n < head.len() => return Err(FrameError::Truncated),
             _ => {}
+        }
+        if &head[..4] == HELLO {
+            return Err(FrameError::PeerAuthenticates);
         }
         if &head[..4] != MAGIC {
             return Err(FrameError::BadMagic);
@@ -138,12 +159,24 @@ impl Frame {
         if read_full(r, &mut body)? < len {
             return Err(FrameError::Truncated);
         }
-        let mut sum = [0u8; 8];
-        if read_full(r, &mut sum)? < sum.len() {
+        let mut trailer = [0u8; super::auth::TAG];
+        let trailer = &mut trailer[..seal.trailer_len()];
+        if read_full(r, trailer)? < trailer.len() {
             return Err(FrameError::Truncated);
         }
-        if frame_sum(kind, &body) != u64::from_le_bytes(sum) {
-            return Err(FrameError::Checksum);
+        match seal {
+            Seal::Checksum => {
+                let mut sum = [0u8; 8];
+                sum.copy_from_slice(trailer);
+                if frame_sum(kind, &body) != u64::from_le_bytes(sum) {
+                    return Err(FrameError::Checksum);
+                }
+            }
+            Seal::Mac { .. } => {
+                if !seal.check(&head, &body, trailer) {
+                    return Err(FrameError::BadTag);
+                }
+            }
         }
         Self::decode(kind, body).map(Some)
     }
@@ -239,27 +272,32 @@ mod tests {
     }
 
     fn read(bytes: &[u8]) -> Result<Option<Frame>, FrameError> {
-        Frame::read_from(&mut &bytes[..], 1 << 20)
+        Frame::read_from(&mut &bytes[..], 1 << 20, &mut Seal::Checksum)
     }
 
     #[test]
     fn frames_round_trip() {
         let mut wire = Vec::new();
         for f in frames() {
-            f.write_to(&mut wire).unwrap_or_else(|e| panic!("{e}"));
+            f.write_to(&mut wire, &mut Seal::Checksum)
+                .unwrap_or_else(|e| panic!("{e}"));
         }
         let mut r = &wire[..];
         for f in frames() {
-            let got = Frame::read_from(&mut r, 1 << 20).unwrap_or_else(|e| panic!("{e}"));
+            let got = Frame::read_from(&mut r, 1 << 20, &mut Seal::Checksum)
+                .unwrap_or_else(|e| panic!("{e}"));
             assert_eq!(got, Some(f));
         }
-        assert!(matches!(Frame::read_from(&mut r, 1 << 20), Ok(None)));
+        assert!(matches!(
+            Frame::read_from(&mut r, 1 << 20, &mut Seal::Checksum),
+            Ok(None)
+        ));
     }
 
     #[test]
     fn a_flipped_byte_is_a_checksum_error() {
         for f in frames() {
-            let wire = f.encode();
+            let wire = f.encode(&mut Seal::Checksum);
             // Every byte after the header: body or checksum.
             for i in HEAD..wire.len() {
                 let mut bad = wire.clone();
@@ -275,7 +313,7 @@ mod tests {
     #[test]
     fn a_truncated_frame_is_a_typed_error() {
         for f in frames() {
-            let wire = f.encode();
+            let wire = f.encode(&mut Seal::Checksum);
             for cut in 1..wire.len() {
                 assert!(
                     matches!(read(&wire[..cut]), Err(FrameError::Truncated)),
@@ -286,14 +324,41 @@ mod tests {
     }
 
     #[test]
+    fn an_authenticated_frame_altered_replayed_or_reordered_is_refused() {
+        let (mut send, mut recv) = super::super::auth::seal_pair();
+        let wire: Vec<Vec<u8>> = frames().iter().map(|f| f.encode(&mut send)).collect();
+        // Checksum readers cannot take them (the trailer is a 32-byte tag).
+        assert!(read(&wire[2]).is_err());
+        // Tampered: any flipped byte after the magic.
+        for i in 4..wire[0].len() {
+            let (_, mut r) = super::super::auth::seal_pair();
+            let mut bad = wire[0].clone();
+            bad[i] ^= 0x01;
+            let got = Frame::read_from(&mut &bad[..], 1 << 20, &mut r);
+            assert!(got.is_err(), "byte {i}");
+        }
+        // Out of order: the second frame read first.
+        let (_, mut r) = super::super::auth::seal_pair();
+        let got = Frame::read_from(&mut &wire[1][..], 1 << 20, &mut r);
+        assert!(matches!(got, Err(FrameError::BadTag)), "{got:?}");
+        // In order, each once: accepted; the same frame again: refused.
+        for (w, f) in wire.iter().zip(frames()) {
+            let got = Frame::read_from(&mut &w[..], 1 << 20, &mut recv);
+            assert_eq!(got.ok().flatten(), Some(f));
+        }
+        let got = Frame::read_from(&mut &wire[2][..], 1 << 20, &mut recv);
+        assert!(matches!(got, Err(FrameError::BadTag)), "{got:?}");
+    }
+
+    #[test]
     fn hostile_headers_are_refused_before_allocating() {
-        let mut wire = Frame::End.encode();
+        let mut wire = Frame::End.encode(&mut Seal::Checksum);
         wire[5..9].copy_from_slice(&u32::MAX.to_le_bytes());
         assert!(matches!(read(&wire), Err(FrameError::TooLong { .. })));
-        let mut wire = Frame::End.encode();
+        let mut wire = Frame::End.encode(&mut Seal::Checksum);
         wire[0] = b'X';
         assert!(matches!(read(&wire), Err(FrameError::BadMagic)));
-        let mut wire = Frame::End.encode();
+        let mut wire = Frame::End.encode(&mut Seal::Checksum);
         wire[4] = 9;
         assert!(matches!(read(&wire), Err(FrameError::UnknownKind(9))));
         // A Begin whose id length points past its body (checksum made valid).

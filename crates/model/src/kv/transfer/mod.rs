@@ -4,10 +4,14 @@
 //! replica named in its `kv_transfer_params`; there `TransferStore` receives them on
 //! `--kv-transfer-port` and is the engine's lower KV tier, so imported blocks come in as
 //! computed blocks the way the disk tier's read-back does (a prefix hit, `cached_tokens`).
+//! With a shared secret (`auth.rs`) both ends authenticate and every frame is MAC'd.
 
+mod auth;
 mod frame;
 mod sender;
 mod store;
+#[cfg(test)]
+mod tests;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -15,6 +19,7 @@ use std::time::Duration;
 
 use pagoda_core::kv::{KvGroup, KvRole};
 
+pub use auth::{AuthError, KvSecret, Seal, SecretError};
 pub use frame::{Frame, FrameError};
 pub use sender::KvSender;
 pub use store::TransferStore;
@@ -36,6 +41,10 @@ pub struct KvTransferConfig {
     pub ttl: Duration,
     /// The model file's name and size: part of the layout digest both sides must share.
     pub model_identity: String,
+    /// The deployment's shared secret (`--kv-transfer-secret-file`): with it, both ends
+    /// authenticate each connection and every frame; without it, frames carry a checksum
+    /// only and the decode role must listen on loopback.
+    pub secret: Option<KvSecret>,
     /// Shared with `/metrics`.
     pub counters: Arc<KvTransferCounters>,
 }
@@ -48,6 +57,7 @@ impl PartialEq for KvTransferConfig {
             && self.buffer_bytes == o.buffer_bytes
             && self.ttl == o.ttl
             && self.model_identity == o.model_identity
+            && self.secret == o.secret
             && Arc::ptr_eq(&self.counters, &o.counters)
     }
 }
@@ -63,6 +73,9 @@ pub struct KvTransferCounters {
     pub blocks_received: AtomicU64,
     pub bytes_received: AtomicU64,
     pub receives_failed: AtomicU64,
+    /// Connections refused for authentication: no or a wrong secret, a replayed handshake,
+    /// or a frame whose tag failed (tampered, replayed, reordered). Also in `receives_failed`.
+    pub auth_failures: AtomicU64,
     /// Microseconds from a transfer's `Begin` to its `End` (received bytes / this = the
     /// transfer throughput).
     pub receive_micros: AtomicU64,

@@ -1,7 +1,8 @@
 //! The prefill side of a KV transfer: the runner hands over a finished request's block bytes
 //! (already copied out of the arena, so the engine never waits on the network) and the
 //! `pagoda-kv-sender` thread writes them, one connection per transfer, to the decode replica.
-//! A full queue or a failed connection is counted; the decode side then prefills itself.
+//! A full queue or a failed connection is counted; the decode side then prefills itself. With
+//! a secret, no KV byte leaves before the receiver proved it knows the secret too.
 
 use std::io::{BufWriter, Write};
 use std::net::{Shutdown, TcpStream, ToSocketAddrs};
@@ -13,6 +14,7 @@ use std::time::Duration;
 
 use pagoda_core::kv::BlockHash;
 
+use super::auth::{KvSecret, Seal, sender_handshake};
 use super::frame::{Frame, VERSION};
 use super::{KvTransferCounters, KvTransferCounters as C};
 
@@ -41,11 +43,12 @@ impl std::fmt::Debug for KvSender {
 
 impl KvSender {
     /// Starts the thread; `layout` is this replica's layout digest, `timeout` bounds the
-    /// connect and each write.
+    /// connect, the handshake and each write; `secret` authenticates every connection.
     pub fn start(
         layout: [u8; 32],
         payload_len: usize,
         timeout: Duration,
+        secret: Option<KvSecret>,
         counters: Arc<KvTransferCounters>,
     ) -> std::io::Result<Self> {
         let (tx, rx) = mpsc::sync_channel::<Job>(QUEUE);
@@ -56,7 +59,8 @@ impl KvSender {
                 for job in rx {
                     let blocks = job.blocks.len() as u64;
                     let (id, addr) = (job.id.clone(), job.addr.clone());
-                    match send(job, layout, payload_len, timeout) {
+                    let sent = send(job, layout, payload_len, timeout, secret.as_ref(), &c);
+                    match sent {
                         Ok(bytes) => {
                             C::add(&c.blocks_sent, blocks);
                             C::add(&c.bytes_sent, bytes);
@@ -104,7 +108,14 @@ impl Drop for KvSender {
 }
 
 /// Writes one transfer; the payload bytes sent.
-fn send(job: Job, layout: [u8; 32], payload_len: usize, timeout: Duration) -> std::io::Result<u64> {
+fn send(
+    job: Job,
+    layout: [u8; 32],
+    payload_len: usize,
+    timeout: Duration,
+    secret: Option<&KvSecret>,
+    counters: &KvTransferCounters,
+) -> std::io::Result<u64> {
     let addr = job
         .addr
         .to_socket_addrs()?
@@ -112,7 +123,15 @@ fn send(job: Job, layout: [u8; 32], payload_len: usize, timeout: Duration) -> st
         .ok_or_else(|| std::io::Error::other(format!("{} resolves to nothing", job.addr)))?;
     let stream = TcpStream::connect_timeout(&addr, timeout)?;
     stream.set_write_timeout(Some(timeout))?;
+    stream.set_read_timeout(Some(timeout))?;
     stream.set_nodelay(true)?;
+    let mut seal = match secret {
+        None => Seal::Checksum,
+        Some(secret) => sender_handshake(&mut &stream, secret).map_err(|e| {
+            C::add(&counters.auth_failures, 1);
+            std::io::Error::other(e)
+        })?,
+    };
     let mut w = BufWriter::with_capacity(1 << 20, &stream);
     Frame::Begin {
         version: VERSION,
@@ -121,13 +140,13 @@ fn send(job: Job, layout: [u8; 32], payload_len: usize, timeout: Duration) -> st
         num_blocks: job.blocks.len() as u32,
         payload_len: payload_len as u32,
     }
-    .write_to(&mut w)?;
+    .write_to(&mut w, &mut seal)?;
     let mut bytes = 0u64;
     for (key, payload) in job.blocks {
         bytes += payload.len() as u64;
-        Frame::Block { key, payload }.write_to(&mut w)?;
+        Frame::Block { key, payload }.write_to(&mut w, &mut seal)?;
     }
-    Frame::End.write_to(&mut w)?;
+    Frame::End.write_to(&mut w, &mut seal)?;
     w.flush()?;
     drop(w);
     let _ = stream.shutdown(Shutdown::Write);

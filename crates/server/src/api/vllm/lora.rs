@@ -35,6 +35,9 @@ fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
 fn api_error(e: LoraServeError) -> ApiError {
     match e {
         LoraServeError::NotFound(_) => ApiError::not_found(e.to_string(), "lora_name"),
+        LoraServeError::OutsideDir { .. } => {
+            ApiError::bad_request(e.to_string(), Some("lora_path"))
+        }
         _ => ApiError::bad_request(e.to_string(), Some("lora_name")),
     }
 }
@@ -49,15 +52,17 @@ pub async fn load(State(state): State<AppState>, body: Bytes) -> Response {
         Ok(m) => m,
         Err(e) => return rejected(&state, e),
     };
+    let lora = state.config().lora.clone();
     let done = run_blocking(move || {
         let req: LoadRequest = parse(&body)?;
+        let path = lora.runtime_path(&req.lora_path).map_err(api_error)?;
         let loaded = model.generator()?;
         if req.load_inplace && loaded.loras.contains(&req.lora_name) {
             loaded.loras.unload(&req.lora_name).map_err(api_error)?;
         }
         loaded
             .loras
-            .load(&req.lora_name, std::path::Path::new(&req.lora_path))
+            .load(&req.lora_name, &path)
             .map_err(api_error)?;
         Ok(req.lora_name)
     })

@@ -51,6 +51,11 @@ pub(crate) fn render(e: &mut Exposition, model_name: &str, role: &str, c: &KvTra
             get(&c.receives_failed),
         ),
         (
+            "pagoda:kv_transfer_auth_failures_total",
+            "Connections refused for authentication: no or a wrong secret, a replayed handshake, a tampered or replayed frame (also counted as receive or send failures).",
+            get(&c.auth_failures),
+        ),
+        (
             "pagoda:kv_transfer_fallbacks_total",
             "Decode requests that prefilled locally: their transfer failed or timed out.",
             get(&c.fallbacks),
