@@ -1,6 +1,6 @@
 //! The poller: every `poll_interval` each replica's /ready (200 ready, 503 loading or
 //! draining, no answer down) and /metrics (running + waiting requests, engine steps to spot a
-//! restart, the block size) are read, concurrently, each with a timeout.
+//! restart, the block size, the LoRA adapters' digests) are read, concurrently, each with a timeout.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -63,4 +63,14 @@ async fn poll(w: Arc<Worker>, client: reqwest::Client, timeout: Duration) {
     let block_size =
         prom::label(&text, "pagoda:cache_config_info", "block_size").and_then(|b| b.parse().ok());
     w.observe(load as usize, steps, block_size);
+    let adapters = prom::label_pairs(
+        &text,
+        "pagoda:lora_adapter_info",
+        "lora_name",
+        "cache_digest",
+    )
+    .into_iter()
+    .filter_map(|(name, hex)| Some((name, u64::from_str_radix(&hex, 16).ok()?)))
+    .collect();
+    w.observe_adapters(adapters);
 }

@@ -21,6 +21,12 @@ impl Pool {
         self.workers.read().map(|w| w.clone()).unwrap_or_default()
     }
 
+    /// The content digest of LoRA adapter `name`, from the first replica serving it (a
+    /// digest is of the adapter's bytes, so replicas loading the same adapter agree).
+    pub fn adapter_digest(&self, name: &str) -> Option<u64> {
+        self.workers().iter().find_map(|w| w.adapter_digest(name))
+    }
+
     /// Adds `spec` unless a replica of that URL is there; starts following its events (needs
     /// a tokio runtime).
     pub fn add(&self, spec: WorkerSpec) {

@@ -1,5 +1,5 @@
 //! The few numbers the router reads from a replica's Prometheus text: a sample's value
-//! (summed over its label sets) and one label of an info metric.
+//! (summed over its label sets) and the labels of info metrics.
 
 /// The sum of `name`'s samples, or None when it has none.
 pub fn value(text: &str, name: &str) -> Option<f64> {
@@ -13,8 +13,24 @@ pub fn value(text: &str, name: &str) -> Option<f64> {
 /// `label` of `name`'s first sample.
 pub fn label(text: &str, name: &str, label: &str) -> Option<String> {
     let (labels, _) = samples(text, name).next()?;
+    label_in(labels, label)
+}
+
+/// `(a, b)`: labels `a` and `b` of each of `name`'s samples that has both.
+pub fn label_pairs(text: &str, name: &str, a: &str, b: &str) -> Vec<(String, String)> {
+    samples(text, name)
+        .filter_map(|(labels, _)| Some((label_in(labels, a)?, label_in(labels, b)?)))
+        .collect()
+}
+
+/// The value of `label` in a sample's `k="v",...` label text.
+fn label_in(labels: &str, label: &str) -> Option<String> {
     let key = format!("{label}=\"");
-    let start = labels.find(&key)? + key.len();
+    let start = labels
+        .match_indices(&key)
+        .map(|(i, _)| i)
+        .find(|&i| i == 0 || labels[..i].ends_with(','))?
+        + key.len();
     let end = labels[start..].find('"')? + start;
     Some(labels[start..end].to_string())
 }
@@ -51,6 +67,17 @@ mod tests {
         assert_eq!(
             label(t, "pagoda:cache_config_info", "block_size").as_deref(),
             Some("16")
+        );
+    }
+
+    #[test]
+    fn label_pairs_are_read_from_every_sample_by_whole_name() {
+        let t = "pagoda:lora_adapter_info{lora_name=\"a\",cache_digest=\"00ff\"} 1\n\
+                 pagoda:lora_adapter_info{xlora_name=\"z\",lora_name=\"b\",cache_digest=\"01\"} 1\n\
+                 pagoda:lora_adapter_info{lora_name=\"c\"} 1\n";
+        assert_eq!(
+            label_pairs(t, "pagoda:lora_adapter_info", "lora_name", "cache_digest"),
+            [("a".into(), "00ff".into()), ("b".into(), "01".into())]
         );
     }
 }

@@ -52,6 +52,7 @@ async fn generate(s: AppState, api: Api, headers: HeaderMap, body: Bytes) -> Res
     let key = match &s.tokenizer {
         Some(tok) => {
             let (tok, bytes, root) = (Arc::clone(tok), body.clone(), s.root);
+            let pool = Arc::clone(&s.pool);
             // Templates and BPE over a long prompt take milliseconds: off the runtime.
             tokio::task::spawn_blocking(move || {
                 let Ok(v) = serde_json::from_slice::<Value>(&bytes) else {
@@ -65,8 +66,13 @@ async fn generate(s: AppState, api: Api, headers: HeaderMap, body: Bytes) -> Res
                     .get("cache_salt")
                     .and_then(Value::as_str)
                     .map(str::to_owned);
+                // A request naming an adapter hashes with its digest, as the engine does.
+                let lora = v
+                    .get("model")
+                    .and_then(Value::as_str)
+                    .and_then(|m| pool.adapter_digest(m));
                 match tokens {
-                    Some(t) => RoutingKey::new(t, root, salt),
+                    Some(t) => RoutingKey::new(t, root, lora, salt),
                     None => RoutingKey::none(),
                 }
             })

@@ -17,11 +17,16 @@ impl RoutingKey {
         Self::default()
     }
 
-    /// `tokens` hashed from `root` with the request's `cache_salt` (no adapter: the router
-    /// does not know adapters' digests, so LoRA requests simply miss).
-    pub fn new(tokens: Vec<u32>, root: BlockHash, cache_salt: Option<String>) -> Self {
+    /// `tokens` hashed from `root` with the request's adapter digest (a replica's
+    /// `pagoda:lora_adapter_info`) and `cache_salt`, as the engine hashes them.
+    pub fn new(
+        tokens: Vec<u32>,
+        root: BlockHash,
+        lora_id: Option<u64>,
+        cache_salt: Option<String>,
+    ) -> Self {
         let keys = ExtraKeys {
-            lora_id: None,
+            lora_id,
             cache_salt,
         };
         Self {

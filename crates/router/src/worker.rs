@@ -71,6 +71,9 @@ pub struct Worker {
     /// `block_size` of its `cache_config_info` (0: unknown).
     block_size: AtomicUsize,
     pub index: Mutex<BlockIndex>,
+    /// Its LoRA adapters' content digests by name (`pagoda:lora_adapter_info`), which enter
+    /// the block hashes of requests naming them.
+    adapters: Mutex<std::collections::HashMap<String, u64>>,
     pub counters: WorkerCounters,
     /// Set when the replica leaves the pool (its event follower stops).
     retired: tokio::sync::watch::Sender<bool>,
@@ -87,6 +90,7 @@ impl Worker {
             engine_steps: AtomicU64::new(0),
             block_size: AtomicUsize::new(0),
             index: Mutex::new(BlockIndex::default()),
+            adapters: Mutex::default(),
             counters: WorkerCounters::default(),
             retired: tokio::sync::watch::channel(false).0,
         }
@@ -167,6 +171,18 @@ impl Worker {
                 self.clear_index();
             }
         }
+    }
+
+    /// Takes a /metrics poll's adapters (name, digest).
+    pub fn observe_adapters(&self, adapters: std::collections::HashMap<String, u64>) {
+        if let Ok(mut a) = self.adapters.lock() {
+            *a = adapters;
+        }
+    }
+
+    /// The content digest of its adapter `name`, if it serves one.
+    pub fn adapter_digest(&self, name: &str) -> Option<u64> {
+        self.adapters.lock().ok()?.get(name).copied()
     }
 
     /// Its block size: from its metrics, else from its events, else 16 (pagoda's default).

@@ -1,7 +1,8 @@
 //! The router against two real `pagoda serve` replicas (SmolLM2, `--threads 1`, KV events on)
 //! on loopback, in one test so the replicas load once: round robin alternates, a stream passes
 //! through byte for byte (ids and timestamps aside), cache-aware routing sends a request to the
-//! replica holding its prefix (seen in `cached_tokens`) unless load is skewed, a draining
+//! replica holding its prefix (seen in `cached_tokens`), a LoRA adapter's requests too (their
+//! blocks hashed with the adapter's digest, as the engine does), unless load is skewed, a draining
 //! replica gets no new requests, a replica killed mid-stream ends the client's stream with an
 //! SSE error event, and a restarted replica's index is cleared and rebuilt from its events.
 //! Needs the `pagoda` binary built (`cargo build -p pagoda`; a workspace test run builds it).
@@ -48,6 +49,8 @@ impl Replica {
                 "30".into(),
                 "--kv-events-config".into(),
                 kv.to_string(),
+                "--lora-modules".into(),
+                format!("tone={}", adapter().display()),
             ],
         );
         let spec = WorkerSpec::parse(&format!(
@@ -61,6 +64,21 @@ impl Replica {
             ports: (port, events, replay),
         }
     }
+}
+
+/// A random LoRA adapter for SmolLM2-135M (30 layers, width 576, 3 KV heads of 64, FFN 1536)
+/// on the attention projections, written once per test process.
+fn adapter() -> std::path::PathBuf {
+    use pagoda_testkit::lora_adapter::{RandomLora, gguf_adapter, projection_shapes};
+    let path = std::env::temp_dir().join(format!("pagoda-router-lora-{}.gguf", std::process::id()));
+    if !path.is_file() {
+        let r = RandomLora::new(8, &["attn_q", "attn_k", "attn_v", "attn_output"], 7);
+        let t = r.tensors(30, &projection_shapes(576, 576, 192, 1536));
+        gguf_adapter("llama", r.alpha, &t, pagoda_gguf::GgmlType::F16)
+            .write_to(&path)
+            .unwrap();
+    }
+    path
 }
 
 /// An in-process router over `replicas`; its base URL.
@@ -268,6 +286,32 @@ async fn routes_over_real_replicas() {
             "request {i}: {} of {prompt_tokens} cached",
             cached_tokens(&v)
         );
+    }
+
+    // A LoRA adapter's blocks are hashed with its digest: each prefix seeded under the adapter
+    // on one replica draws the adapter's requests there.
+    let lora = |system: &str, user: &str| {
+        let mut v = chat(system, user);
+        v["model"] = json!("tone");
+        v
+    };
+    let (la, lb) = (long_system("pottery"), long_system("sailing"));
+    let before_a = router_gauge(&c, &ca, "indexed_blocks", &a.url).await;
+    let before_b = router_gauge(&c, &ca, "indexed_blocks", &b.url).await;
+    post(&c, &a.url, "/v1/chat/completions", &lora(&la, "seed")).await;
+    post(&c, &b.url, "/v1/chat/completions", &lora(&lb, "seed")).await;
+    wait_gauge(&c, &ca, "indexed_blocks", &a.url, "KV events", |v| {
+        v >= before_a + 10
+    })
+    .await;
+    wait_gauge(&c, &ca, "indexed_blocks", &b.url, "KV events", |v| {
+        v >= before_b + 10
+    })
+    .await;
+    for (prompt, holder) in [(&lb, &b.url), (&la, &a.url)] {
+        let (worker, v) = post(&c, &ca, "/v1/chat/completions", &lora(prompt, "q")).await;
+        assert_eq!(&worker, holder, "a LoRA request went elsewhere: {v}");
+        assert!(cached_tokens(&v) > 0, "{v}");
     }
 
     // Under skew the load wins over the cache: with 12 streams running on `a` (sent to it

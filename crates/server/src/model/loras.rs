@@ -95,6 +95,9 @@ fn outside_message(path: &str, dir: Option<&str>) -> String {
 
 struct Entry {
     path: PathBuf,
+    /// The adapter's content digest, its identity in prefix-cache block hashes (kept while
+    /// evicted, so a router can still compute the hashes).
+    digest: u64,
     /// `None` once evicted (reloaded from `path` on the next request).
     adapter: Option<Arc<LoraAdapter>>,
     last_used: u64,
@@ -178,6 +181,7 @@ impl LoraRegistry {
             name.to_owned(),
             Entry {
                 path: path.to_owned(),
+                digest: adapter.digest(),
                 adapter: Some(adapter),
                 last_used,
                 requests: 0,
@@ -222,6 +226,7 @@ impl LoraRegistry {
                 if let Some(e) = inner.entries.get_mut(name)
                     && e.path == path
                 {
+                    e.digest = a.digest();
                     e.adapter = Some(a.clone());
                 }
                 self.evict(&mut inner);
@@ -262,6 +267,19 @@ impl LoraRegistry {
     }
 
     /// `(name, path, requests, in memory)` of every adapter, by name.
+    /// Each adapter's name and content digest (`pagoda:lora_adapter_info`, which the router
+    /// reads to hash LoRA requests' prompts as the engine does).
+    pub fn digests(&self) -> Vec<(String, u64)> {
+        let mut out: Vec<_> = self
+            .lock()
+            .entries
+            .iter()
+            .map(|(n, e)| (n.clone(), e.digest))
+            .collect();
+        out.sort();
+        out
+    }
+
     pub fn list(&self) -> Vec<(String, String, u64, bool)> {
         let inner = self.lock();
         let mut out: Vec<_> = inner

@@ -380,6 +380,20 @@ pub fn render_loras(
         "Requests that named each LoRA adapter.",
         Scraped::counters(series),
     );
+    // The digest as the 16 hex digits of `ExtraKeys::lora_id`: a cache-aware router hashes an
+    // adapter's prompts with it, as the engine does.
+    let series = loras.digests().into_iter().map(|(adapter, digest)| {
+        let labels = vec![
+            ("lora_name", adapter),
+            ("cache_digest", format!("{digest:016x}")),
+        ];
+        (labels, 1u64.into())
+    });
+    e.scraped(
+        "pagoda:lora_adapter_info",
+        "Each LoRA adapter and the digest its prompts' prefix-cache blocks are hashed with.",
+        Scraped::gauges(series),
+    );
 }
 
 #[cfg(test)]
