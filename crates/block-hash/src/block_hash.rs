@@ -60,6 +60,16 @@ pub struct ExtraKeys {
 }
 
 impl ExtraKeys {
+    /// Files these keys under a tenant: the tenant's salt leads, the request's own
+    /// `cache_salt` (if any) follows, so tenants never share blocks whatever salts their
+    /// requests name. The engine and the cache-aware router both salt through here.
+    pub fn for_tenant(&mut self, tenant_salt: &str) {
+        self.cache_salt = Some(match self.cache_salt.take() {
+            Some(own) => format!("{tenant_salt}/{own}"),
+            None => tenant_salt.to_owned(),
+        });
+    }
+
     /// The chain of a request with these keys under `root`.
     pub fn chain(&self, root: BlockHash) -> HashChain {
         HashChain {

@@ -35,11 +35,7 @@ impl CheckedRequest {
     /// touches what `check` checked.
     pub fn for_tenant(mut self, tenant: crate::tenant::Tenant, salt: &str) -> Self {
         self.0.tenant = tenant;
-        let keys = &mut self.0.extra_keys;
-        keys.cache_salt = Some(match keys.cache_salt.take() {
-            Some(own) => format!("{salt}/{own}"),
-            None => salt.to_owned(),
-        });
+        self.0.extra_keys.for_tenant(salt);
         self
     }
 

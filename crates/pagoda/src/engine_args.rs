@@ -173,3 +173,12 @@ pub fn set_threads(threads: Option<usize>) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// A flag's seconds as a `Duration`: a number > 0 (`try_from_secs_f64` also refuses values
+/// too large for a `Duration`).
+pub(crate) fn positive_secs(flag: &str, secs: f64) -> anyhow::Result<std::time::Duration> {
+    match std::time::Duration::try_from_secs_f64(secs) {
+        Ok(d) if !d.is_zero() => Ok(d),
+        _ => anyhow::bail!("{flag} must be a number of seconds > 0"),
+    }
+}

@@ -12,7 +12,7 @@ use pagoda_core::kv::KvRole;
 use pagoda_model::{KvSecret, KvTransferConfig};
 use pagoda_server::prepare::kv_peers::KvPeers;
 
-use crate::serve::positive_secs;
+use crate::engine_args::positive_secs;
 
 #[derive(Args)]
 pub struct KvTransferArgs {

@@ -65,6 +65,11 @@ pub struct RouterArgs {
     /// The replicas' --prefix-cache-hash-seed.
     #[arg(long, env = "PAGODA_PREFIX_CACHE_HASH_SEED", default_value = "0")]
     prefix_cache_hash_seed: String,
+    /// The replicas' --api-keys-file: cache_aware then salts each tenant's prompts as the
+    /// replicas do, so a tenant's requests find its cached blocks (keys are checked by the
+    /// replicas, not here).
+    #[arg(long, env = "PAGODA_TENANT_KEYS_FILE", value_name = "FILE")]
+    tenant_keys_file: Option<std::path::PathBuf>,
     /// cache_aware: prompt blocks one request in flight is worth (cost = uncached blocks +
     /// weight x requests in flight).
     #[arg(long, default_value_t = 4.0)]
@@ -148,6 +153,12 @@ fn config(args: &RouterArgs) -> anyhow::Result<RouterConfig> {
         policy,
         tokenizer,
         hash_seed: args.prefix_cache_hash_seed.clone(),
+        tenant_salts: match &args.tenant_keys_file {
+            Some(f) => Some(std::sync::Arc::new(
+                pagoda_router::TenantSalts::read(f).context("--tenant-keys-file")?,
+            )),
+            None => None,
+        },
         tuning: CacheAwareTuning {
             decode_weight: args.decode_weight,
             balance_abs: args.balance_abs_threshold,

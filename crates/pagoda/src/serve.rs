@@ -13,7 +13,7 @@ use pagoda_frontend::{ReasoningParser, ToolParserChoice};
 use pagoda_server::model::registry::ModelSpec;
 use pagoda_server::{AppState, ServerConfig};
 
-use crate::engine_args::EngineArgs;
+use crate::engine_args::{EngineArgs, positive_secs};
 use crate::kv_transfer_args::KvTransferArgs;
 use crate::model_path;
 
@@ -412,14 +412,6 @@ fn models_config(
 }
 
 /// A timeout flag's seconds; zero would close every connection at once, so it is refused.
-pub(crate) fn positive_secs(flag: &str, secs: f64) -> anyhow::Result<Duration> {
-    // try_from_secs_f64 also refuses values too large for a Duration.
-    match Duration::try_from_secs_f64(secs) {
-        Ok(d) if !d.is_zero() => Ok(d),
-        _ => anyhow::bail!("{flag} must be a number of seconds > 0"),
-    }
-}
-
 /// Resolves on the first SIGINT (Ctrl-C) or SIGTERM.
 pub(crate) async fn shutdown_signal() {
     let ctrl_c = async {

@@ -210,6 +210,8 @@ pub struct RouterConfig {
     pub tokenizer: Option<Arc<PromptTokenizer>>,
     /// The replicas' `--prefix-cache-hash-seed`.
     pub hash_seed: String,
+    /// The replicas' tenants' salts, from their `--api-keys-file` (`--tenant-keys-file`).
+    pub tenant_salts: Option<Arc<crate::tenant_salts::TenantSalts>>,
     pub tuning: CacheAwareTuning,
     /// How often each replica's /ready and /metrics are read.
     pub poll_interval: Duration,

@@ -25,6 +25,7 @@ pub mod proxy;
 mod routes;
 pub mod routing_key;
 pub mod state;
+pub mod tenant_salts;
 pub mod worker;
 
 use std::future::Future;
@@ -34,6 +35,7 @@ pub use config::{CacheAwareTuning, DnsWorkers, PolicyKind, RouterConfig, WorkerS
 pub use error::{ConfigError, RouteError};
 pub use prompt::PromptTokenizer;
 pub use proxy::WORKER_HEADER;
+pub use tenant_salts::TenantSalts;
 
 use pool::Pool;
 use state::RouterState;

@@ -53,6 +53,11 @@ async fn generate(s: AppState, api: Api, headers: HeaderMap, body: Bytes) -> Res
         Some(tok) => {
             let (tok, bytes, root) = (Arc::clone(tok), body.clone(), s.root);
             let pool = Arc::clone(&s.pool);
+            let tenant_salt = s
+                .tenant_salts
+                .as_ref()
+                .and_then(|t| t.for_request(&headers))
+                .map(str::to_owned);
             // Templates and BPE over a long prompt take milliseconds: off the runtime.
             tokio::task::spawn_blocking(move || {
                 let Ok(v) = serde_json::from_slice::<Value>(&bytes) else {
@@ -72,7 +77,7 @@ async fn generate(s: AppState, api: Api, headers: HeaderMap, body: Bytes) -> Res
                     .and_then(Value::as_str)
                     .and_then(|m| pool.adapter_digest(m));
                 match tokens {
-                    Some(t) => RoutingKey::new(t, root, lora, salt),
+                    Some(t) => RoutingKey::new(t, root, lora, tenant_salt.as_deref(), salt),
                     None => RoutingKey::none(),
                 }
             })

@@ -18,17 +18,22 @@ impl RoutingKey {
     }
 
     /// `tokens` hashed from `root` with the request's adapter digest (a replica's
-    /// `pagoda:lora_adapter_info`) and `cache_salt`, as the engine hashes them.
+    /// `pagoda:lora_adapter_info`), its tenant's salt and its `cache_salt`, as the engine
+    /// hashes them.
     pub fn new(
         tokens: Vec<u32>,
         root: BlockHash,
         lora_id: Option<u64>,
+        tenant_salt: Option<&str>,
         cache_salt: Option<String>,
     ) -> Self {
-        let keys = ExtraKeys {
+        let mut keys = ExtraKeys {
             lora_id,
             cache_salt,
         };
+        if let Some(t) = tenant_salt {
+            keys.for_tenant(t);
+        }
         Self {
             tokens: Some(tokens),
             chain: Some(keys.chain(root)),

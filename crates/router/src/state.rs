@@ -21,6 +21,8 @@ pub struct RouterState {
     pub tokenizer: Option<Arc<PromptTokenizer>>,
     /// The replicas' root hash (from their `--prefix-cache-hash-seed`).
     pub root: BlockHash,
+    /// The replicas' tenants' salts (`--tenant-keys-file`).
+    pub tenant_salts: Option<Arc<crate::tenant_salts::TenantSalts>>,
     pub metrics: RouterMetrics,
     /// Prefill replicas (`--prefill`); empty: no prefill/decode disaggregation.
     pub prefill: Arc<Pool>,
@@ -55,6 +57,7 @@ impl RouterState {
             client,
             tokenizer,
             root: root_hash(&config.hash_seed),
+            tenant_salts: config.tenant_salts.clone(),
             metrics: RouterMetrics::default(),
             prefill,
             pd_threshold: config.pd_threshold,

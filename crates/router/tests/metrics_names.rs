@@ -25,6 +25,7 @@ async fn metrics_names_and_types_are_kept() {
         policy: PolicyKind::RoundRobin,
         tokenizer: None,
         hash_seed: "0".into(),
+        tenant_salts: None,
         tuning: Default::default(),
         poll_interval: Duration::from_millis(200),
         connect_timeout: Duration::from_secs(2),

@@ -35,6 +35,7 @@ async fn router(decode: &Replica, kv: &str, prefill: &Replica) -> String {
         policy: PolicyKind::RoundRobin,
         tokenizer: Some(Arc::new(PromptTokenizer::open(&model(), None).unwrap())),
         hash_seed: "0".into(),
+        tenant_salts: None,
         tuning: Default::default(),
         poll_interval: Duration::from_millis(200),
         connect_timeout: Duration::from_secs(2),

@@ -93,6 +93,7 @@ async fn router(policy: PolicyKind, replicas: &[&Replica]) -> String {
         policy,
         tokenizer,
         hash_seed: "0".into(),
+        tenant_salts: None,
         tuning: Default::default(),
         poll_interval: Duration::from_millis(200),
         connect_timeout: Duration::from_secs(2),

@@ -105,7 +105,7 @@ mod tests {
     #[test]
     fn the_holder_wins_until_load_is_skewed() {
         let (a, b) = (worker(1), worker(2));
-        let key = RoutingKey::new((0..160).collect(), root_hash("0"), None, None);
+        let key = RoutingKey::new((0..160).collect(), root_hash("0"), None, None, None);
         let hashes = key.hashes(16);
         assert_eq!(hashes.len(), 10);
         if let Ok(mut ix) = b.index.lock() {

@@ -3,10 +3,10 @@
 //! constant time; the table is swapped whole on reload (SIGHUP), while each tenant's state,
 //! engine id and counters live on by name.
 
-pub mod key_digest;
-pub mod keys_file;
-pub mod scopes;
 pub mod tenant;
+
+// The keys file, scopes and key digests are shared with the router (`pagoda-api-keys`).
+pub use pagoda_api_keys::{key_digest, keys_file, scopes};
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher, RandomState};
@@ -94,7 +94,7 @@ impl Tenants {
         }
         if let Some(path) = &self.file {
             for e in keys_file::read(path)? {
-                let salt = key_digest::tenant_salt(&format!("tenant\u{0}{}", e.tenant));
+                let salt = key_digest::file_tenant_salt(&e.tenant);
                 let state = self.tenant(&e.tenant, salt, e.limits);
                 state.set_limits(e.limits);
                 entries.push((digest(&self.hasher, &e.key), state, e.scopes));

@@ -17,11 +17,10 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use thiserror::Error;
 
+use super::{FRAME_MAGIC, HELLO_MAGIC as HELLO};
+
 type HmacSha256 = Hmac<Sha256>;
 
-/// The sender's opening message's magic; a receiver without a secret sees it as a frame's
-/// magic and says the peer authenticates.
-pub(super) const HELLO: &[u8; 4] = b"PGKH";
 const CHALLENGE: &[u8; 4] = b"PGKC";
 const PROOF: &[u8; 4] = b"PGKP";
 const NONCE: usize = 32;
@@ -246,7 +245,7 @@ pub fn receiver_handshake(
 ) -> Result<Seal, AuthError> {
     let mut hello = [0u8; 4 + NONCE];
     stream.read_exact(&mut hello[..4])?;
-    if &hello[..4] == super::frame::MAGIC {
+    if &hello[..4] == FRAME_MAGIC {
         return Err(AuthError::Unauthenticated);
     }
     if &hello[..4] != HELLO {

@@ -11,12 +11,12 @@ use std::io::{self, Read, Write};
 use pagoda_core::kv::BlockHash;
 use thiserror::Error;
 
-use super::auth::{HELLO, Seal};
+use super::auth::Seal;
+use super::{FRAME_MAGIC as MAGIC, HELLO_MAGIC as HELLO};
 use crate::pack_cache::checksum::checksum;
 
 /// Version of the transfer protocol (in `Begin`).
 pub const VERSION: u16 = 1;
-pub(super) const MAGIC: &[u8; 4] = b"PGKX";
 /// The longest transfer id accepted.
 pub const MAX_ID_LEN: usize = 256;
 /// The largest block payload accepted (far above any model's block; bounds allocations).

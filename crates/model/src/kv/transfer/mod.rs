@@ -8,6 +8,11 @@
 
 mod auth;
 mod frame;
+
+/// Every frame's first four bytes, and the authenticating sender's opening message's (a
+/// receiver tells which kind of peer it has from them).
+const FRAME_MAGIC: &[u8; 4] = b"PGKX";
+const HELLO_MAGIC: &[u8; 4] = b"PGKH";
 mod sender;
 mod store;
 #[cfg(test)]

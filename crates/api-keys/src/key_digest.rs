@@ -32,6 +32,12 @@ pub fn key_digest(key: &str) -> [u8; 16] {
     out
 }
 
+/// The prefix-cache salt of a `--api-keys-file` tenant: of its name, so all its keys share its
+/// cached blocks.
+pub fn file_tenant_salt(tenant: &str) -> String {
+    tenant_salt(&format!("tenant\u{0}{tenant}"))
+}
+
 /// The prefix-cache salt of the tenant holding `key`: a keyed digest, so the key itself never
 /// travels with requests into the engine.
 pub fn tenant_salt(key: &str) -> String {

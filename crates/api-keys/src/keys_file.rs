@@ -11,14 +11,14 @@
 //! ]}
 //! ```
 //!
-//! `scopes` (`tenants/scopes.rs`) says what the key may do; without it, `inference`.
+//! `scopes` (`scopes.rs`) says what the key may do; without it, `inference`.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::tenants::scopes::{SCOPE_NAMES, Scopes};
+use crate::scopes::{SCOPE_NAMES, Scopes};
 
 /// What a tenant may do; `None` is unlimited.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
