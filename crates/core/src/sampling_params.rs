@@ -63,6 +63,10 @@ pub struct SamplingParams {
     /// Prefill/decode disaggregation: where the prompt's KV goes or comes from
     /// (`kv_transfer_params`); `None` for an ordinary request.
     pub kv_transfer: Option<crate::kv::KvTransfer>,
+    /// The request's own cap on speculative tokens per step: `None` takes the engine's
+    /// setting, `Some(0)` turns speculation off for it (the server checks it against the
+    /// engine's maximum and method).
+    pub num_speculative_tokens: Option<u32>,
 }
 
 impl Default for SamplingParams {
@@ -87,6 +91,7 @@ impl Default for SamplingParams {
             constraint: None,
             lora: None,
             kv_transfer: None,
+            num_speculative_tokens: None,
         }
     }
 }

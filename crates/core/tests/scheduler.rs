@@ -375,6 +375,51 @@ fn speculation_verifies_several_tokens_per_step_and_gives_rejected_slots_back() 
 }
 
 #[test]
+fn a_request_caps_or_turns_off_its_own_speculation() {
+    let prompt: Vec<u32> = (0..10).collect();
+    let spec = SpecConfig {
+        method: SpecMethod::Suffix,
+        num_speculative_tokens: NumSpecTokens::Fixed(4),
+    };
+    for (cap, most) in [(Some(0), 0), (Some(2), 2), (None, 4)] {
+        let mut core = engine(64, 4, sched(64, 0), true);
+        core.enable_speculation(spec.clone());
+        let mut req = request(1, prompt.clone(), 20);
+        req.params.num_speculative_tokens = cap;
+        core.add_request(req).unwrap();
+        let got = run_to_end(&mut core);
+        assert_eq!(got[&1], expected(&prompt, 20));
+        let steps = &core.executor().steps;
+        let k = steps.iter().map(|s| s.scheduled[0].num_spec_tokens).max();
+        assert_eq!(k, Some(most), "cap {cap:?}");
+        let c = core.stats().spec.unwrap();
+        assert_eq!(c.num_draft_tokens == 0, most == 0, "{c:?}");
+    }
+}
+
+/// A sequence chosen to speculate whose extra blocks do not fit decodes one token, and is
+/// counted (`pagoda:spec_decode_num_unsupported_total`).
+#[test]
+fn speculation_short_of_blocks_is_counted_and_decodes_on() {
+    // Two sequences fill the 6 blocks; K = 4 past a block's last free slot needs a 7th.
+    let prompt: Vec<u32> = (0..10).collect();
+    let other: Vec<u32> = (100..110).collect();
+    let mut core = engine(6, 4, sched(64, 0), true);
+    core.enable_speculation(SpecConfig {
+        method: SpecMethod::Suffix,
+        num_speculative_tokens: NumSpecTokens::Fixed(4),
+    });
+    core.add_request(request(1, prompt.clone(), 8)).unwrap();
+    core.add_request(request(2, other.clone(), 8)).unwrap();
+    let got = run_to_end(&mut core);
+    assert_eq!(got[&1], expected(&prompt, 8));
+    assert_eq!(got[&2], expected(&other, 8));
+    let c = core.stats().spec.unwrap();
+    assert!(c.num_unsupported > 0, "{c:?}");
+    core.scheduler().kv().check_invariants().unwrap();
+}
+
+#[test]
 fn sliding_groups_give_back_blocks_and_hit_only_their_window() {
     // Block 4, window 8: a query at p reads keys p-7..=p, so after 40 computed tokens the
     // sliding group needs blocks 8.. (keys 33..) and holds at most ceil(7/4) + 1 = 3 blocks.

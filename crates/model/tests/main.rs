@@ -23,5 +23,6 @@ mod runner;
 mod sliding_window;
 mod speculative;
 mod speculative_real;
+mod speculative_sampled;
 mod structured;
 mod weight_types;

@@ -1,9 +1,11 @@
 //! Speculative decoding through the whole engine on tiny random models: with n-gram and suffix
 //! proposals and with a draft model (the target itself, so nearly everything is accepted, and an
-//! unrelated model, so nearly nothing is), every request's tokens and logprobs equal those
-//! without speculation, in mixed batches of greedy, seeded-sampled, penalised, `n > 1` and
-//! logprob requests, with a KV pool small enough to preempt; and proposals were really made
-//! and accepted.
+//! unrelated model, so nearly nothing is), every greedy request's tokens and logprobs equal
+//! those without speculation, in mixed batches of greedy, seeded-sampled, penalised, `n > 1`
+//! and logprob requests, with a KV pool small enough to preempt; and proposals were really
+//! made and accepted. Sampled requests equal plain decoding's token for token with token-only
+//! proposers; a draft model samples its proposals and the rejection rule keeps only their
+//! distribution (speculative_sampled.rs tests that), not the seeded stream.
 #![allow(clippy::unwrap_used)]
 
 use crate::common;
@@ -221,7 +223,12 @@ fn every_method_gives_the_tokens_and_logprobs_of_plain_decoding() {
                 );
             }
             assert_eq!(got.len(), plain.len());
+            let reqs = requests();
             for (a, b) in got.iter().zip(&plain) {
+                if draft.is_some() && !reqs[a.0 as usize].1.is_greedy() {
+                    assert_eq!(a.2.len(), b.2.len(), "{name}: length of request {}", a.0);
+                    continue;
+                }
                 assert_eq!(a.2, b.2, "{name}, kv {kv}: request {} choice {}", a.0, a.1);
                 assert_eq!(a.3, b.3, "{name}: logprobs of request {}", a.0);
             }

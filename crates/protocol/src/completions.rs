@@ -100,6 +100,11 @@ pub struct CompletionRequest {
     /// `{"do_remote_prefill": true, "transfer_id"}` on a decode replica (docs/scale-out.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kv_transfer_params: Option<serde_json::Value>,
+    /// pagoda: this request's speculative decoding, within the server's: `false` turns it off,
+    /// `{"method": "ngram"|"suffix"|"draft_model", "num_speculative_tokens": K}` caps K (the
+    /// method must be the one the server runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speculative: Option<serde_json::Value>,
     /// vLLM: drop special tokens from the text (default true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skip_special_tokens: Option<bool>,
@@ -163,6 +168,7 @@ impl CompletionRequest {
         "priority",
         "cache_salt",
         "kv_transfer_params",
+        "speculative",
         "skip_special_tokens",
         "spaces_between_special_tokens",
         "include_stop_str_in_output",

@@ -18,5 +18,6 @@ mod models;
 mod openai_conformance;
 mod operations;
 mod rerank;
+mod speculative;
 mod structured;
 mod tenants;

@@ -379,7 +379,11 @@ impl Scheduler {
             let decoding = s.num_scheduled_tokens == 1
                 && r.num_computed_tokens + 1 == r.num_tokens()
                 && r.num_output_tokens() > 0;
-            let cap = r.tokens_left(max_model_len).saturating_sub(1);
+            let mut cap = r.tokens_left(max_model_len).saturating_sub(1);
+            // The request's own cap (`"speculative"` in its body); 0 turns it off.
+            if let Some(k) = r.params.num_speculative_tokens {
+                cap = cap.min(k as usize);
+            }
             if decoding && cap > 0 {
                 cands.push(SpecCandidate {
                     seq_id: s.seq_id,
@@ -416,7 +420,11 @@ impl Scheduler {
                 .kv
                 .allocate_slots(req, 1 + k, &ComputedBlocks::default())
             else {
-                continue; // no blocks to spare: this step decodes one token
+                // No blocks to spare: this step decodes one token.
+                if let Some(spec) = self.spec.as_mut() {
+                    spec.counters.num_unsupported += 1;
+                }
+                continue;
             };
             let s = &mut out.scheduled[i];
             for (ids, more) in s.block_ids.iter_mut().zip(extra) {

@@ -32,7 +32,7 @@ pub struct SpecCounters {
     pub accepted_per_pos: Vec<u64>,
     /// How often each K (index) was chosen for a decoding sequence.
     pub chosen_k: Vec<u64>,
-    /// Sequences that could not speculate when asked (e.g. no draft KV left); they ran without.
+    /// Sequences chosen to speculate whose extra KV blocks did not fit; they decoded one token.
     pub num_unsupported: u64,
 }
 

@@ -4,27 +4,37 @@
 //! it has KV for, so after a verification it resumes from the longest prefix that still
 //! matches (accepted proposals keep their KV; rejected ones are overwritten), and it catches
 //! up lazily: a sequence that starts speculating mid-generation first feeds what it missed,
-//! in chunks, so one long prompt never stalls a step. Proposals are the draft's argmax: a
-//! one-hot proposal, which the runner's verification keeps exact for every request.
+//! in chunks, so one long prompt never stalls a step. For a greedy request a proposal is the
+//! draft's argmax (one-hot); for a sampled one it is a draw from the draft's own distribution q
+//! under the request's temperature, top-k, min-p and top-p, and q travels with it so that the
+//! verification can apply the rejection rule (accept with min(1, p/q)).
 
 use std::collections::HashMap;
 use std::time::Instant;
 
-use pagoda_core::DraftWork;
+use pagoda_core::{DraftWork, SamplingParams};
 use pagoda_speculative::{ProposeRequest, Proposer};
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 
 use crate::runner::batch::{Logits, SeqChunk};
 use crate::runner::calibration::time_steps;
-use crate::sampler::argmax;
+use crate::sampler::{argmax, draw_from, processed_probs};
 use crate::{CpuExecutor, ForwardBatch, Model, ModelError};
 
 /// Most tokens one sequence catches up in a step before it may propose.
 const CATCH_UP_CHUNK: usize = 256;
 
+/// Mixed into a request's seed for the draft's own stream: the draft's draws must be
+/// independent of the verifier's uniforms, which come from the request's seed itself.
+const DRAFT_STREAM: u64 = 0x9e37_79b9_7f4a_7c15;
+
 struct DraftSeq {
     /// The tokens whose KV the draft's arena holds for this sequence, by position.
     fed: Vec<u32>,
     table: Vec<u32>,
+    /// The draft's random stream for a sampled request, seeded on its first draw.
+    rng: Option<ChaCha8Rng>,
 }
 
 /// Proposes with a draft model.
@@ -125,19 +135,33 @@ struct Job {
     /// Proposals to make (0 while still catching up).
     k: usize,
     drafts: Vec<u32>,
+    /// The distribution each draft was drawn from (sampled requests only).
+    probs: Vec<Vec<f32>>,
     out: usize,
 }
 
-impl Proposer for DraftProposer {
-    fn propose(&mut self, reqs: &[ProposeRequest<'_>], out: &mut Vec<Vec<u32>>) {
+impl DraftProposer {
+    /// Proposals as `Proposer::propose`, sampled where `sampling[i]` is a sampled request's
+    /// parameters (argmax where it is `None` or greedy); `probs[i]` then holds the draft's
+    /// distribution behind each of `out[i]`'s tokens (else it is empty).
+    pub fn propose_sampled(
+        &mut self,
+        reqs: &[ProposeRequest<'_>],
+        sampling: &[Option<&SamplingParams>],
+        out: &mut Vec<Vec<u32>>,
+        probs: &mut Vec<Vec<Vec<f32>>>,
+    ) {
         out.clear();
         out.resize(reqs.len(), Vec::new());
+        probs.clear();
+        probs.resize(reqs.len(), Vec::new());
         let started = Instant::now();
         let mut jobs = Vec::new();
         for (i, r) in reqs.iter().enumerate() {
             let st = self.seqs.entry(r.seq_id).or_insert_with(|| DraftSeq {
                 fed: Vec::new(),
                 table: Vec::new(),
+                rng: None,
             });
             let valid = st
                 .fed
@@ -166,12 +190,14 @@ impl Proposer for DraftProposer {
                 start: valid,
                 k,
                 drafts: Vec::new(),
+                probs: Vec::new(),
                 out: i,
             });
         }
         let mut forwards = 0;
         let most = jobs.len();
         let kmax = jobs.iter().map(|j| j.k).max().unwrap_or(0);
+        let mut candidates = Vec::new();
         for round in 0..kmax.max(1) {
             let active: Vec<usize> = (0..jobs.len())
                 .filter(|&j| {
@@ -214,6 +240,7 @@ impl Proposer for DraftProposer {
                 // A failed draft forward only costs the proposals.
                 for j in &mut jobs {
                     j.drafts.clear();
+                    j.probs.clear();
                     j.k = 0;
                 }
                 break;
@@ -221,23 +248,44 @@ impl Proposer for DraftProposer {
             forwards += 1;
             for (row, &j) in active.iter().enumerate() {
                 let job = &mut jobs[j];
-                if let Some(st) = self.seqs.get_mut(&job.seq) {
-                    st.fed.extend_from_slice(&inputs[row].0);
+                let Some(st) = self.seqs.get_mut(&job.seq) else {
+                    continue;
+                };
+                st.fed.extend_from_slice(&inputs[row].0);
+                if job.k == 0 {
+                    continue;
                 }
-                if job.k > 0 {
-                    job.drafts
-                        .push(argmax(&logits[row * vocab..(row + 1) * vocab]));
+                let row = &logits[row * vocab..(row + 1) * vocab];
+                match sampling.get(job.out).copied().flatten() {
+                    Some(params) if !params.is_greedy() => {
+                        let mut q = Vec::new();
+                        processed_probs(params, row, &mut candidates, &mut q);
+                        let seed = params.seed.unwrap_or(job.seq) ^ DRAFT_STREAM;
+                        let rng = st
+                            .rng
+                            .get_or_insert_with(|| ChaCha8Rng::seed_from_u64(seed));
+                        job.drafts.push(draw_from(&q, rng.random::<f64>()));
+                        job.probs.push(q);
+                    }
+                    _ => job.drafts.push(argmax(row)),
                 }
             }
         }
         for job in jobs {
             out[job.out] = job.drafts;
+            probs[job.out] = job.probs;
         }
         self.work = (forwards > 0).then(|| DraftWork {
             forwards,
             seqs: most,
             seconds: started.elapsed().as_secs_f64(),
         });
+    }
+}
+
+impl Proposer for DraftProposer {
+    fn propose(&mut self, reqs: &[ProposeRequest<'_>], out: &mut Vec<Vec<u32>>) {
+        self.propose_sampled(reqs, &[], out, &mut Vec::new());
     }
 
     fn finished(&mut self, seq_id: u64, _tokens: &[u32], _prompt_len: usize) {

@@ -5,7 +5,8 @@
 //! (compiled once at the edge) starts its grammar state in its sampler when first scheduled.
 //! With a proposer, a sequence given speculative slots gets up to K proposed tokens appended
 //! to its chunk; its sampler then walks the K + 1 rows in order and keeps each proposal it
-//! would itself have drawn, so every sampling feature holds exactly (see `sample_rows::verify`).
+//! would itself have drawn, or, for a draft model's sampled proposals, each one the rejection
+//! rule accepts, so every sampling feature holds exactly (see `sample_rows::verify`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -34,8 +35,9 @@ pub struct ModelRunner {
     seqs: HashMap<SeqId, SeqState>,
     eog_ids: Vec<u32>,
     proposer: Option<Proposing>,
-    /// Reused proposal buffer.
+    /// Reused proposal buffers: tokens, and a draft model's distributions behind them.
     proposals: Vec<Vec<u32>>,
+    proposal_probs: Vec<Vec<Vec<f32>>>,
     /// The disk tier of the prefix cache: evicted blocks are copied to it, read ones from it.
     tier: Option<Arc<dyn TierBytes>>,
     /// Prefill role: ships finished requests' prompt blocks to decode replicas.
@@ -51,6 +53,7 @@ impl ModelRunner {
             eog_ids,
             proposer: None,
             proposals: Vec::new(),
+            proposal_probs: Vec::new(),
             tier: None,
             sender: None,
         }
@@ -209,13 +212,16 @@ impl ModelRunner {
     }
 
     /// Asks the proposer for each speculating sequence's tokens; `drafts[i]` for
-    /// `step.scheduled[i]` (empty where it does not speculate or nothing was proposed).
-    fn propose(&mut self, step: &SchedulerOutput) -> Vec<Vec<u32>> {
+    /// `step.scheduled[i]` (empty where it does not speculate or nothing was proposed), with
+    /// the draft model's distribution behind each token where it sampled them.
+    fn propose(&mut self, step: &SchedulerOutput) -> Proposals {
         let mut drafts = vec![Vec::new(); step.scheduled.len()];
+        let mut probs = vec![Vec::new(); step.scheduled.len()];
         let Some(proposer) = &mut self.proposer else {
-            return drafts;
+            return (drafts, probs);
         };
         let mut reqs = Vec::new();
+        let mut sampling = Vec::new();
         let mut at = Vec::new();
         for (i, s) in step.scheduled.iter().enumerate() {
             let Some(st) = self.seqs.get(&s.seq_id) else {
@@ -234,12 +240,22 @@ impl ModelRunner {
                 prompt_len: st.prompt_len,
                 max_tokens: s.num_spec_tokens,
             });
+            sampling.push(Some(st.sampler.params()));
             at.push(i);
         }
         if reqs.is_empty() {
-            return drafts;
+            return (drafts, probs);
         }
-        proposer.get().propose(&reqs, &mut self.proposals);
+        self.proposal_probs.clear();
+        match proposer {
+            Proposing::Draft(d) => d.propose_sampled(
+                &reqs,
+                &sampling,
+                &mut self.proposals,
+                &mut self.proposal_probs,
+            ),
+            Proposing::Tokens(p) => p.propose(&reqs, &mut self.proposals),
+        }
         let vocab = self.exec.vocab_size() as u32;
         for (j, &i) in at.iter().enumerate() {
             let Some(p) = self.proposals.get_mut(j) else {
@@ -250,8 +266,14 @@ impl ModelRunner {
             let valid = p.iter().take(k).take_while(|&&t| t < vocab).count();
             p.truncate(valid);
             drafts[i] = std::mem::take(p);
+            if let Some(q) = self.proposal_probs.get_mut(j)
+                && !q.is_empty()
+            {
+                q.truncate(valid);
+                probs[i] = std::mem::take(q);
+            }
         }
-        drafts
+        (drafts, probs)
     }
 }
 
@@ -263,7 +285,7 @@ impl ModelExecutor for ModelRunner {
         if step.scheduled.is_empty() {
             return Ok(ExecutorOutput::default()); // tier copies only
         }
-        let mut drafts = self.propose(step);
+        let (mut drafts, mut draft_probs) = self.propose(step);
         // Proposed tokens join their sequence's tokens for this step's chunk only.
         for (s, d) in step.scheduled.iter().zip(&drafts) {
             if let Some(st) = self.seqs.get_mut(&s.seq_id) {
@@ -271,7 +293,7 @@ impl ModelExecutor for ModelRunner {
             }
         }
         let lens: Vec<usize> = drafts.iter().map(Vec::len).collect();
-        let result = self.run_step(step, &mut drafts);
+        let result = self.run_step(step, &mut drafts, &mut draft_probs);
         for (s, &n) in step.scheduled.iter().zip(&lens) {
             if n > 0
                 && let Some(st) = self.seqs.get_mut(&s.seq_id)
@@ -326,6 +348,9 @@ impl Proposing {
     }
 }
 
+/// Per scheduled sequence: proposed tokens, and the draft distributions behind them.
+type Proposals = (Vec<Vec<u32>>, Vec<Vec<Vec<f32>>>);
+
 type StepRun = (
     ExecutorOutput,
     Vec<RowPlan>,
@@ -338,6 +363,7 @@ impl ModelRunner {
         &mut self,
         step: &SchedulerOutput,
         drafts: &mut [Vec<u32>],
+        draft_probs: &mut [Vec<Vec<f32>>],
     ) -> Result<StepRun, ExecutorError> {
         let mut out = ExecutorOutput::default();
         let block_size = self.exec.kv_cache.block_size();
@@ -346,7 +372,12 @@ impl ModelRunner {
         let mut rows = 0;
         let mut adapters: Vec<Arc<LoraAdapter>> = Vec::new();
         let mut seq_loras = Vec::with_capacity(step.scheduled.len());
-        for (s, d) in step.scheduled.iter().zip(drafts.iter_mut()) {
+        for ((s, d), q) in step
+            .scheduled
+            .iter()
+            .zip(drafts.iter_mut())
+            .zip(draft_probs)
+        {
             let st = &self.seqs[&s.seq_id];
             if let Some(e) = &st.failed {
                 // Ends it in the core before its results would be read; nothing to compute.
@@ -390,6 +421,7 @@ impl ModelRunner {
                 num_rows: end - start,
                 samples,
                 drafts: std::mem::take(d),
+                draft_probs: std::mem::take(q),
             });
             rows += match logits {
                 Logits::All => end - start,

@@ -1,6 +1,7 @@
 //! Sampling of one step's logits rows (`sample_rows`), spread over the kernel pool, and the
 //! verification of proposed tokens against them (`verify`), which keeps the target's
-//! distribution exactly.
+//! distribution exactly: one-hot proposals by comparing draws, a draft model's sampled ones by
+//! the rejection rule against the draft's distribution.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -16,6 +17,8 @@ struct SampleJob<'a> {
     sampler: &'a mut Sampler,
     rows: &'a [f32],
     drafts: &'a [u32],
+    /// The draft model's distribution for each proposal (empty for one-hot proposals).
+    draft_probs: &'a [Vec<f32>],
     result: Option<Result<Vec<Sampled>, ConstraintError>>,
 }
 
@@ -25,17 +28,27 @@ struct SampleJob<'a> {
 /// the target's argmax; for sampled ones it is rejection sampling with a one-hot proposal
 /// (accept with probability p(x), else a draw from p without x, renormalised), so the output
 /// distribution is the target's. Penalties, bias, the grammar and min_tokens advance token by
-/// token, so each row sees the state its position would have had.
+/// token, so each row sees the state its position would have had. A proposal that comes with
+/// its draft distribution q (a draft model sampling for a sampled request) is checked with
+/// `Sampler::verify_draft` instead: accepted with probability min(1, p/q), else replaced by a
+/// draw from max(p - q, 0); the bonus token after a fully accepted run is a plain draw.
 fn verify(
     sampler: &mut Sampler,
     rows: &[f32],
     drafts: &[u32],
+    draft_probs: &[Vec<f32>],
     vocab: usize,
 ) -> Result<Vec<Sampled>, ConstraintError> {
     let mut run = Vec::with_capacity(drafts.len() + 1);
     for (i, row) in rows.chunks_exact(vocab).enumerate() {
-        let s = sampler.sample(row)?;
-        let accepted = drafts.get(i) == Some(&s.token_id);
+        let (s, accepted) = match (drafts.get(i), draft_probs.get(i)) {
+            (Some(&x), Some(q)) => sampler.verify_draft(row, x, q)?,
+            (x, _) => {
+                let s = sampler.sample(row)?;
+                let accepted = x == Some(&s.token_id);
+                (s, accepted)
+            }
+        };
         run.push(s);
         if !accepted {
             break;
@@ -78,6 +91,7 @@ pub(super) fn sample_rows(
             sampler: &mut st.sampler,
             rows: &logits[first * vocab..(last + 1) * vocab],
             drafts: &p.drafts,
+            draft_probs: &p.draft_probs,
             result: None,
         };
         jobs.push((i, Mutex::new(job)));
@@ -86,7 +100,13 @@ pub(super) fn sample_rows(
     pagoda_kernels::parallel::run(jobs.len(), &|t| {
         if let Ok(mut job) = jobs[t].1.lock() {
             let job = &mut *job;
-            job.result = Some(verify(job.sampler, job.rows, job.drafts, vocab));
+            job.result = Some(verify(
+                job.sampler,
+                job.rows,
+                job.drafts,
+                job.draft_probs,
+                vocab,
+            ));
         }
     });
     let mut results: Vec<_> = plans.iter().map(|_| None).collect();
@@ -149,7 +169,7 @@ mod tests {
                 ..Default::default()
             };
             let mut sampler = Sampler::new(params, 0);
-            let run = verify(&mut sampler, &rows, &drafts, V).unwrap();
+            let run = verify(&mut sampler, &rows, &drafts, &[], V).unwrap();
             assert!(!run.is_empty() && run.len() <= 3);
             first[run[0].token_id as usize] += 1;
             if run[0].token_id == drafts[0] {

@@ -37,4 +37,6 @@ pub(super) struct RowPlan {
     pub(super) samples: bool,
     /// Proposed tokens appended to the chunk; the last `drafts.len() + 1` rows verify them.
     pub(super) drafts: Vec<u32>,
+    /// The draft model's distribution behind each proposal, when it sampled them (else empty).
+    pub(super) draft_probs: Vec<Vec<f32>>,
 }

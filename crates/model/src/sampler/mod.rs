@@ -5,10 +5,14 @@
 //! stream. Log-probabilities come from the raw logits (before bias, mask and penalties).
 
 mod constraint;
+mod distribution;
 mod logprobs;
 mod penalties;
 mod random;
+mod rejection;
 mod select;
+
+pub(crate) use distribution::{draw_from, processed_probs};
 
 pub use logprobs::{position_logprobs, prompt_logprobs};
 pub use pagoda_core::{PositionLogprobs, TokenLogprob};
@@ -16,7 +20,7 @@ pub use pagoda_core::{PositionLogprobs, TokenLogprob};
 use pagoda_core::{ConstraintError, ConstraintState, SamplingParams};
 use pagoda_kernels::ops::{find_greater, max_ignoring_nan};
 use penalties::Penalties;
-use rand::SeedableRng;
+use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use random::{Scratch, sample_random};
 
@@ -59,6 +63,9 @@ pub struct Sampler {
     num_generated: u32,
     /// The structured-output grammar state, when the request has a constraint.
     constraint: Option<Box<dyn ConstraintState>>,
+    /// The target's distribution and its scratch, for verifying a draft model's proposals.
+    probs: Vec<f32>,
+    candidates: Vec<(f32, u32)>,
 }
 
 impl Sampler {
@@ -96,6 +103,8 @@ impl Sampler {
             min_tokens_banned,
             num_generated: 0,
             constraint: None,
+            probs: Vec::new(),
+            candidates: Vec::new(),
         }
     }
 
@@ -131,12 +140,37 @@ impl Sampler {
             m.consume(eos)?;
             return Ok(self.record(logits, eos));
         }
+        let scores: &[f32] = if self.adjust(logits)? {
+            &self.adjusted
+        } else {
+            logits
+        };
+        let token_id = if self.params.is_greedy() {
+            argmax(scores)
+        } else {
+            sample_random(&self.params, &mut self.rng, &mut self.scratch, scores)
+        };
+        if let Some(m) = &mut self.constraint {
+            debug_assert!(
+                scores
+                    .get(token_id as usize)
+                    .is_some_and(|l| *l > f32::NEG_INFINITY),
+                "sampled token {token_id} is outside the grammar's mask"
+            );
+            m.consume(token_id)?;
+        }
+        Ok(self.record(logits, token_id))
+    }
+
+    /// Applies bias, grammar mask, the `min_tokens` ban and penalties to a copy of `logits` in
+    /// `self.adjusted`; false (nothing copied) when none of them applies.
+    fn adjust(&mut self, logits: &[f32]) -> Result<bool, ConstraintError> {
         let banning = self.num_generated < self.params.min_tokens;
         let adjust = (banning && !self.min_tokens_banned.is_empty())
             || !self.params.logit_bias.is_empty()
             || self.penalties.is_active()
             || self.constraint.is_some();
-        let scores: &[f32] = if adjust {
+        if adjust {
             // One copy of the row; the adjustments below touch only the ids they name.
             self.adjusted.clear();
             self.adjusted.extend_from_slice(logits);
@@ -161,25 +195,42 @@ impl Sampler {
                 }
             }
             self.penalties.apply(&mut self.adjusted);
+        }
+        Ok(adjust)
+    }
+
+    /// Verifies a draft model's proposal `x`, drawn from `q` (one probability per id): accepts
+    /// it with probability min(1, p(x) / q(x)), p being the distribution `sample` would draw
+    /// from here (adjustments included), else draws from max(p - q, 0) renormalised; either
+    /// way the token is recorded as chosen and is distributed as p. Greedy requests, a
+    /// finished grammar and a `q` of another length take `sample`'s own draw instead
+    /// (accepted when it equals `x`), which is exact for any proposal.
+    pub fn verify_draft(
+        &mut self,
+        logits: &[f32],
+        x: u32,
+        q: &[f32],
+    ) -> Result<(Sampled, bool), ConstraintError> {
+        let forced = self.constraint.as_ref().is_some_and(|m| m.is_finished());
+        if self.params.is_greedy() || forced || q.len() != logits.len() {
+            let s = self.sample(logits)?;
+            let accepted = s.token_id == x;
+            return Ok((s, accepted));
+        }
+        let scores: &[f32] = if self.adjust(logits)? {
             &self.adjusted
         } else {
             logits
         };
-        let token_id = if self.params.is_greedy() {
-            argmax(scores)
-        } else {
-            sample_random(&self.params, &mut self.rng, &mut self.scratch, scores)
-        };
+        processed_probs(&self.params, scores, &mut self.candidates, &mut self.probs);
+        let rng = &mut self.rng;
+        let u_accept = rng.random::<f64>();
+        let (token_id, accepted) =
+            rejection::accept_or_resample(&self.probs, q, x, u_accept, || rng.random::<f64>());
         if let Some(m) = &mut self.constraint {
-            debug_assert!(
-                scores
-                    .get(token_id as usize)
-                    .is_some_and(|l| *l > f32::NEG_INFINITY),
-                "sampled token {token_id} is outside the grammar's mask"
-            );
             m.consume(token_id)?;
         }
-        Ok(self.record(logits, token_id))
+        Ok((self.record(logits, token_id), accepted))
     }
 
     /// Records `token_id` as chosen and reports it with the raw logits' log-probabilities.

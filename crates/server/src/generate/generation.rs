@@ -251,7 +251,13 @@ impl Generation {
                     }
                 }
                 (Some(_), Some(last), Some(m)) => {
-                    m.inter_token_latency.observe((now - last).as_secs_f64())
+                    // A run of k tokens (accepted proposals) is k gaps of a k-th each, as vLLM
+                    // counts them: one observation per token, not per output.
+                    let k = update.token_ids.len();
+                    let gap = (now - last).as_secs_f64() / k as f64;
+                    for _ in 0..k {
+                        m.inter_token_latency.observe(gap);
+                    }
                 }
                 (Some(_), _, _) => {}
             }

@@ -80,6 +80,8 @@ pub struct Loaded {
     pub kv_transfer: Option<Arc<pagoda_model::KvTransferCounters>>,
     /// The model's recommended sampling (`--generation-config`), under a request's own fields.
     pub sampling_defaults: pagoda_frontend::SamplingDefaults,
+    /// The engine's speculative decoding, which a request's `speculative` may only narrow.
+    pub speculative: Option<pagoda_core::SpecConfig>,
 }
 
 /// A loaded model of either task. One per model, behind an `Arc`: the sizes' difference costs
@@ -206,6 +208,7 @@ pub fn load(path: &Path, s: &LoadSettings<'_>) -> Result<Served, LoadError> {
         tokenizer: m.tokenizer,
         template: m.template,
         priority_scheduling: s.setup.scheduler.policy == SchedulingPolicy::Priority,
+        speculative: s.setup.speculative.clone(),
         model_path: path.display().to_string(),
         structured: m.structured,
         tool_format,

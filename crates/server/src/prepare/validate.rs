@@ -50,6 +50,8 @@ pub struct SamplingFields<'a> {
     pub lora: Option<pagoda_core::LoraRef>,
     /// Prefill/decode disaggregation (`crate::prepare::kv_transfer::parse`).
     pub kv_transfer_params: Option<&'a Value>,
+    /// The request's speculative decoding (`crate::prepare::speculative::parse`).
+    pub speculative: Option<&'a Value>,
 }
 
 /// A [`SamplingFields`] over `$req`, a chat or completions request: the fields both types name
@@ -89,6 +91,7 @@ macro_rules! sampling_fields {
             constraint: None,
             lora: None,
             kv_transfer_params: req.kv_transfer_params.as_ref(),
+            speculative: req.speculative.as_ref(),
         }
     }};
 }
@@ -126,6 +129,7 @@ impl SamplingFields<'_> {
             constraint: None,
             lora: None,
             kv_transfer_params: None,
+            speculative: None,
         }
     }
 }
@@ -253,6 +257,10 @@ pub fn build(
             f.kv_transfer_params,
             loaded.kv_role,
             &state.config().kv_transfer_peers,
+        )?,
+        num_speculative_tokens: crate::prepare::speculative::parse(
+            f.speculative,
+            loaded.speculative.as_ref(),
         )?,
     };
     // OpenAI's temperature range; the engine accepts more, clients expect this bound.

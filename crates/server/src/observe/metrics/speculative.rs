@@ -1,6 +1,7 @@
 //! Speculative decoding on `/metrics`, with vLLM's names under `pagoda:`: drafts, proposed and
 //! accepted tokens, accepted tokens by position, and the number of speculative tokens chosen
-//! per decoding sequence and step (a histogram: with `auto` it follows the load).
+//! per decoding sequence and step (a histogram: with `auto` it follows the load); and
+//! pagoda's own count of sequences that were to speculate but had no KV blocks for it.
 
 use pagoda_core::SpecCounters;
 use pagoda_exposition::{Exposition, Scraped};
@@ -23,6 +24,11 @@ pub(crate) fn render(e: &mut Exposition, model_name: &str, c: &SpecCounters) {
             "pagoda:spec_decode_num_accepted_tokens_total",
             "Proposed tokens the target model accepted.",
             c.num_accepted_tokens,
+        ),
+        (
+            "pagoda:spec_decode_num_unsupported_total",
+            "Decoding sequences chosen to speculate that decoded one token instead: their extra KV blocks did not fit.",
+            c.num_unsupported,
         ),
     ] {
         e.counter(name, help, model_labels(model_name), v);
