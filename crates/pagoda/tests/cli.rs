@@ -289,6 +289,20 @@ fn bad_input_gives_one_line_errors() {
         &pagoda(&["generate", "--prompt", "x", "--max-tokens", "100000"]),
         "context",
     );
+    // A model file cut short (a download that died): an error naming it, not a crash.
+    let whole = std::fs::read(model("SmolLM2-135M-Instruct.Q4_1.gguf")).expect("read model");
+    let cut = dir.join("cut.gguf");
+    std::fs::write(&cut, &whole[..whole.len() / 2]).expect("write");
+    let cut = cut.to_str().expect("path");
+    assert_one_line_error(
+        &pagoda(&["generate", "--model", cut, "--prompt", "x"]),
+        "cut.gguf",
+    );
+    // A decode replica open to the network without the shared secret refuses to start.
+    assert_one_line_error(
+        &pagoda(&["serve", "--model", cut, "--kv-role", "decode"]),
+        "--kv-transfer-secret-file",
+    );
 }
 
 fn tempdir() -> PathBuf {
