@@ -8,4 +8,9 @@ pub mod keys_file;
 pub mod scopes;
 
 pub use keys_file::{KeysFileError, Limits};
+
+/// The header a router sends its own key in (a key with the `router` scope), beside the
+/// client's key, which still names the tenant: replicas with keys take `kv_transfer_params`
+/// only from a request carrying it.
+pub const ROUTER_KEY_HEADER: &str = "x-pagoda-router-key";
 pub use scopes::Scopes;

@@ -1,26 +1,30 @@
-//! What a key may do (`scopes` in `--api-keys-file`): `inference` (the API routes) and `admin`
-//! (loading and unloading models and LoRA adapters). A file key without `scopes` has
-//! `inference`; the one `--api-key` has both (the operator's key).
+//! What a key may do (`scopes` in `--api-keys-file`): `inference` (the API routes), `admin`
+//! (loading and unloading models and LoRA adapters) and `router` (vouching, in the
+//! `x-pagoda-router-key` header, that a request's `kv_transfer_params` come from the router).
+//! A file key without `scopes` has `inference`; the one `--api-key` has all (the operator's).
 
 /// A key's scopes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Scopes {
     pub inference: bool,
     pub admin: bool,
+    pub router: bool,
 }
 
 /// The names a keys file may give.
-pub const SCOPE_NAMES: [&str; 2] = ["inference", "admin"];
+pub const SCOPE_NAMES: [&str; 3] = ["inference", "admin", "router"];
 
 impl Scopes {
     pub const ALL: Self = Self {
         inference: true,
         admin: true,
+        router: true,
     };
 
     pub const INFERENCE: Self = Self {
         inference: true,
         admin: false,
+        router: false,
     };
 
     /// From a keys file entry's names; `Err` names the unknown one.
@@ -30,6 +34,7 @@ impl Scopes {
             match n.as_ref() {
                 "inference" => s.inference = true,
                 "admin" => s.admin = true,
+                "router" => s.router = true,
                 other => return Err(other.to_owned()),
             }
         }
@@ -47,7 +52,8 @@ mod tests {
             Scopes::parse(&["admin"]),
             Ok(Scopes {
                 inference: false,
-                admin: true
+                admin: true,
+                router: false,
             })
         );
         assert_eq!(Scopes::parse(&["root"]), Err("root".to_owned()));

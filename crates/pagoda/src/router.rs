@@ -70,6 +70,11 @@ pub struct RouterArgs {
     /// replicas, not here).
     #[arg(long, env = "PAGODA_TENANT_KEYS_FILE", value_name = "FILE")]
     tenant_keys_file: Option<std::path::PathBuf>,
+    /// A key with the `router` scope in the replicas' --api-keys-file, sent to every replica
+    /// in `x-pagoda-router-key` (clients' keys still name the tenant): replicas with keys take
+    /// `kv_transfer_params` (prefill/decode) only from a request carrying it.
+    #[arg(long, env = "PAGODA_ROUTER_KEY", hide_env_values = true)]
+    router_key: Option<String>,
     /// cache_aware: prompt blocks one request in flight is worth (cost = uncached blocks +
     /// weight x requests in flight).
     #[arg(long, default_value_t = 4.0)]
@@ -153,6 +158,7 @@ fn config(args: &RouterArgs) -> anyhow::Result<RouterConfig> {
         policy,
         tokenizer,
         hash_seed: args.prefix_cache_hash_seed.clone(),
+        router_key: args.router_key.clone().filter(|k| !k.is_empty()),
         tenant_salts: match &args.tenant_keys_file {
             Some(f) => Some(std::sync::Arc::new(
                 pagoda_router::TenantSalts::read(f).context("--tenant-keys-file")?,

@@ -212,6 +212,9 @@ pub struct RouterConfig {
     pub hash_seed: String,
     /// The replicas' tenants' salts, from their `--api-keys-file` (`--tenant-keys-file`).
     pub tenant_salts: Option<Arc<crate::tenant_salts::TenantSalts>>,
+    /// A key with the `router` scope on the replicas (`--router-key`): proves to them that
+    /// the `kv_transfer_params` of prefill/decode hops come from this router.
+    pub router_key: Option<String>,
     pub tuning: CacheAwareTuning,
     /// How often each replica's /ready and /metrics are read.
     pub poll_interval: Duration,

@@ -14,7 +14,7 @@ use axum::response::Response;
 use bytes::Bytes;
 use serde_json::{Value, json};
 
-use crate::proxy::{forward, forward_from, forwarded_headers};
+use crate::proxy::{forward, forward_from, with_headers};
 use crate::routing_key::RoutingKey;
 use crate::state::RouterState;
 use crate::worker::{Health, Worker};
@@ -129,16 +129,16 @@ async fn prefill(
     );
     let started = Instant::now();
     let _guard = p.start();
-    let mut req = state
+    let req = state
         .client
         .post(format!("{}{path}", p.url()))
         .timeout(state.pd_prefill_timeout)
         .header("content-type", "application/json")
         .body(Value::Object(first).to_string());
-    for (name, v) in forwarded_headers(headers).filter(|(n, _)| *n != "content-type") {
-        req = req.header(name, v);
-    }
-    let answer = req.send().await;
+    // The body is rewritten JSON whatever the client sent.
+    let answer = with_headers(state, req, headers, Some("content-type"))
+        .send()
+        .await;
     let ok = match answer {
         Ok(r) if r.status().is_success() => r.bytes().await.is_ok(),
         Ok(r) => {

@@ -11,6 +11,7 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures_util::StreamExt;
+use pagoda_api_keys::ROUTER_KEY_HEADER;
 use pagoda_protocol::ErrorResponse;
 use pagoda_protocol::sse::encode_error;
 
@@ -152,16 +153,11 @@ async fn attempt_or_last(
     last: bool,
 ) -> Result<Response, ()> {
     let guard = w.start();
-    let mut req = state
+    let req = state
         .client
         .request(method.clone(), format!("{}{path}", w.url()))
         .body(body);
-    for name in FORWARDED {
-        if let Some(v) = headers.get(name) {
-            req = req.header(name, v);
-        }
-    }
-    match req.send().await {
+    match with_headers(state, req, headers, None).send().await {
         Err(e) => {
             w.counters
                 .errors
@@ -190,13 +186,25 @@ async fn attempt_or_last(
     }
 }
 
-/// Request headers passed to a replica (for the prefill hop too).
-pub(crate) fn forwarded_headers(
+/// `req` with the client's headers a replica needs (but `except`, which the caller sets) and
+/// the router's own key (`--router-key`, in `x-pagoda-router-key`; a client's header of that
+/// name is never passed on): every request to a replica, the prefill hop's too, goes
+/// through here.
+pub(crate) fn with_headers(
+    state: &RouterState,
+    mut req: reqwest::RequestBuilder,
     headers: &HeaderMap,
-) -> impl Iterator<Item = (&'static str, &HeaderValue)> {
-    FORWARDED
-        .into_iter()
-        .filter_map(|name| headers.get(name).map(|v| (name, v)))
+    except: Option<&str>,
+) -> reqwest::RequestBuilder {
+    for name in FORWARDED.into_iter().filter(|n| Some(*n) != except) {
+        if let Some(v) = headers.get(name) {
+            req = req.header(name, v);
+        }
+    }
+    if let Some(k) = &state.router_key {
+        req = req.header(ROUTER_KEY_HEADER, k.clone());
+    }
+    req
 }
 
 /// The replica's answer as the client's: status, the useful headers, the body as it comes.

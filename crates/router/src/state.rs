@@ -23,6 +23,8 @@ pub struct RouterState {
     pub root: BlockHash,
     /// The replicas' tenants' salts (`--tenant-keys-file`).
     pub tenant_salts: Option<Arc<crate::tenant_salts::TenantSalts>>,
+    /// The router's own key (`--router-key`), sent to every replica in `x-pagoda-router-key`.
+    pub router_key: Option<axum::http::HeaderValue>,
     pub metrics: RouterMetrics,
     /// Prefill replicas (`--prefill`); empty: no prefill/decode disaggregation.
     pub prefill: Arc<Pool>,
@@ -58,6 +60,10 @@ impl RouterState {
             tokenizer,
             root: root_hash(&config.hash_seed),
             tenant_salts: config.tenant_salts.clone(),
+            router_key: config
+                .router_key
+                .as_deref()
+                .and_then(|k| axum::http::HeaderValue::from_str(k).ok()),
             metrics: RouterMetrics::default(),
             prefill,
             pd_threshold: config.pd_threshold,

@@ -26,6 +26,7 @@ async fn metrics_names_and_types_are_kept() {
         tokenizer: None,
         hash_seed: "0".into(),
         tenant_salts: None,
+        router_key: None,
         tuning: Default::default(),
         poll_interval: Duration::from_millis(200),
         connect_timeout: Duration::from_secs(2),

@@ -36,6 +36,7 @@ async fn router(decode: &Replica, kv: &str, prefill: &Replica) -> String {
         tokenizer: Some(Arc::new(PromptTokenizer::open(&model(), None).unwrap())),
         hash_seed: "0".into(),
         tenant_salts: None,
+        router_key: None,
         tuning: Default::default(),
         poll_interval: Duration::from_millis(200),
         connect_timeout: Duration::from_secs(2),

@@ -94,6 +94,7 @@ async fn router(policy: PolicyKind, replicas: &[&Replica]) -> String {
         tokenizer,
         hash_seed: "0".into(),
         tenant_salts: None,
+        router_key: None,
         tuning: Default::default(),
         poll_interval: Duration::from_millis(200),
         connect_timeout: Duration::from_secs(2),

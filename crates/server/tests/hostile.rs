@@ -487,7 +487,8 @@ async fn a_huge_regex_alternation_is_a_400() {
 
 /// A client cannot steer a prefill replica's connections: `kv_transfer_params` naming a
 /// destination outside `--kv-transfer-peers` (here a listener the test opens) is a 400 on the
-/// field, and nothing connects to the listener.
+/// field, and nothing connects to the listener; with keys set, `kv_transfer_params` are taken
+/// only with a `router`-scoped key in x-pagoda-router-key (403 to a client's key alone).
 #[tokio::test]
 async fn kv_transfer_params_cannot_point_a_prefill_replica_elsewhere() {
     let dir = std::env::temp_dir().join(format!("pagoda-kv-peers-{}", std::process::id()));
@@ -513,9 +514,23 @@ async fn kv_transfer_params_cannot_point_a_prefill_replica_elsewhere() {
         }),
         ..pagoda_model::EngineSetup::default()
     };
+    // With keys set, a client's key may not steer transfers; the router's (scope `router`,
+    // in x-pagoda-router-key) may.
+    let keys = dir.join("keys.json");
+    std::fs::write(
+        &keys,
+        r#"{"keys": [{"key": "sk-client", "tenant": "c"},
+                     {"key": "sk-router", "tenant": "router", "scopes": ["router"]}]}"#,
+    )
+    .unwrap();
     let config = ServerConfig {
-        kv_transfer_peers: pagoda_server::prepare::kv_peers::KvPeers::parse(&["10.9.9.9:7100"])
-            .unwrap(),
+        // 127.0.0.1:1 refuses at once: the allowed transfer below fails fast, in the background.
+        kv_transfer_peers: pagoda_server::prepare::kv_peers::KvPeers::parse(&[
+            "10.9.9.9:7100",
+            "127.0.0.1:1",
+        ])
+        .unwrap(),
+        api_keys_file: Some(keys),
         ..common::config()
     };
     let server = TestServer::start_model(model, setup, config);
@@ -524,13 +539,42 @@ async fn kv_transfer_params_cannot_point_a_prefill_replica_elsewhere() {
     let body = json!({"model": MODEL, "prompt": [1, 2, 3], "max_tokens": 2,
         "kv_transfer_params": {"do_remote_decode": true, "transfer_id": "steal",
                                "remote_host": "127.0.0.1", "remote_port": port}});
-    let (status, v) = post(&common::client(), &server.url("/v1/completions"), &body).await;
+    let c = common::client();
+    let send = |body: &serde_json::Value, router: bool| {
+        let mut r = c
+            .post(server.url("/v1/completions"))
+            .bearer_auth("sk-client")
+            .json(body);
+        if router {
+            r = r.header(pagoda_api_keys::ROUTER_KEY_HEADER, "sk-router");
+        }
+        async move {
+            let r = r.send().await.unwrap();
+            (
+                r.status().as_u16(),
+                r.json::<serde_json::Value>().await.unwrap(),
+            )
+        }
+    };
+    let (status, v) = send(&body, true).await;
     assert_eq!(status, 400, "{v}");
     assert_eq!(
         error_of(&v)["param"],
         "kv_transfer_params.remote_host",
         "{v}"
     );
+    // An allowed destination: refused to the client's key alone, taken with the router's.
+    let mut allowed = body.clone();
+    allowed["kv_transfer_params"]["remote_host"] = json!("127.0.0.1");
+    allowed["kv_transfer_params"]["remote_port"] = json!(1);
+    let (status, v) = send(&allowed, false).await;
+    assert_eq!(status, 403, "{v}");
+    assert!(
+        error_of(&v)["message"].as_str().unwrap().contains("router"),
+        "{v}"
+    );
+    let (status, v) = send(&allowed, true).await;
+    assert_eq!(status, 200, "{v}");
     listener.set_nonblocking(true).unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(

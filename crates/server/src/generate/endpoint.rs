@@ -13,7 +13,7 @@ use crate::error::rejected::rejected_as;
 use crate::error::shape::ErrorShape;
 use crate::generate::generation::Generation;
 use crate::generate::stream::{self as sse, ChoiceFormatter};
-use crate::http::auth::Caller;
+use crate::http::auth::{Caller, FromRouter, may_steer_transfers};
 use crate::http::body::{JsonBody, WireRequest};
 use crate::http::request_id::RequestInfo;
 use crate::model::lease::ModelLease;
@@ -62,13 +62,15 @@ pub struct Model<'a> {
 pub async fn generate<E: GenerationEndpoint>(
     State(state): State<AppState>,
     caller: Option<Extension<Caller>>,
+    from_router: Option<Extension<FromRouter>>,
     info: Option<Extension<RequestInfo>>,
     body: Result<JsonBody<E::Wire>, ApiError>,
 ) -> Response {
     let tenant = caller.map(|Extension(Caller(t))| t);
     let info = info.map(|Extension(i)| i);
+    let from_router = from_router.is_some();
     let result = match body {
-        Ok(JsonBody(req)) => run::<E>(state.clone(), tenant, info, req).await,
+        Ok(JsonBody(req)) => run::<E>(state.clone(), tenant, from_router, info, req).await,
         Err(e) => Err(e),
     };
     match result {
@@ -80,6 +82,7 @@ pub async fn generate<E: GenerationEndpoint>(
 async fn run<E: GenerationEndpoint>(
     state: AppState,
     tenant: Option<Arc<TenantState>>,
+    from_router: bool,
     info: Option<RequestInfo>,
     req: E::Wire,
 ) -> Result<Response, ApiError> {
@@ -91,6 +94,12 @@ async fn run<E: GenerationEndpoint>(
     let lease = Arc::new(state.model_for(&req).await?);
     let (st, model) = (state.clone(), Arc::clone(&lease));
     let (mut request, prepared) = run_blocking(move || Ok(E::prepare(&st, &model, req)?)).await?;
+    // A client must not steer a replica's KV transfers: with keys set, only a router may.
+    if request.params().kv_transfer.is_some() && !may_steer_transfers(&state, from_router) {
+        return Err(ApiError::forbidden(
+            "kv_transfer_params are taken only from a router: its key, with the `router` scope, goes in the x-pagoda-router-key header",
+        ));
+    }
     let user_agent = info.as_ref().and_then(|i| i.user_agent.as_deref());
     request.ignored.report(state.metrics(), user_agent);
     let permit = match &tenant {

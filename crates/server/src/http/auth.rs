@@ -14,6 +14,7 @@ use crate::error::shape::ErrorShape;
 use crate::state::AppState;
 use crate::tenants::key_digest::{constant_time_eq, key_digest};
 use crate::tenants::{Scopes, TenantState};
+use pagoda_api_keys::ROUTER_KEY_HEADER;
 
 /// The tenant a request was authenticated as (absent when no keys are configured).
 #[derive(Clone)]
@@ -22,6 +23,17 @@ pub struct Caller(pub std::sync::Arc<TenantState>);
 /// What the request's key may do (absent when no keys are configured: anything).
 #[derive(Clone, Copy)]
 pub struct CallerScopes(pub Scopes);
+
+/// Set when the request came through a router that proved itself with a `router`-scoped key
+/// in [`ROUTER_KEY_HEADER`]: only then are `kv_transfer_params` taken (with keys configured).
+#[derive(Clone, Copy)]
+pub struct FromRouter;
+
+/// Whether `req` may carry `kv_transfer_params`: no keys configured (the network and
+/// `--kv-transfer-peers` are the boundary then), or a router vouched for it.
+pub fn may_steer_transfers(state: &AppState, from_router: bool) -> bool {
+    !state.tenants().required() || from_router
+}
 
 /// The routes that load and unload models and adapters: `admin` scope ([`require_admin`]),
 /// not `inference`.
@@ -69,6 +81,14 @@ pub async fn require_key(State(state): State<AppState>, mut req: Request, next: 
                 tracing::Span::current().record("tenant", tenant.name.as_str());
                 req.extensions_mut().insert(Caller(tenant));
                 req.extensions_mut().insert(CallerScopes(scopes));
+                let router = req
+                    .headers()
+                    .get(ROUTER_KEY_HEADER)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|k| tenants.resolve_with_scopes(k.trim()));
+                if router.is_some_and(|(_, s)| s.router) {
+                    req.extensions_mut().insert(FromRouter);
+                }
             }
             // The admin key (`--admin-api-key`) is a key of the server too, under no tenant.
             None if given.is_some_and(|g| is_admin(&state, g)) => {}
