@@ -1,0 +1,491 @@
+//! `pagoda plan`'s answer: for a cost profile, a workload and SLOs, the highest arrival rate
+//! one replica serves within the SLO (found by simulating the scheduler at each probed rate),
+//! under the default settings and under each candidate `--max-num-seqs` /
+//! `--max-num-batched-tokens`, which resource binds at that rate, the KV memory it needs, the
+//! replicas for a target rate with and without prefill/decode disaggregation, and the
+//! reasoning behind each figure.
+
+use serde::Serialize;
+
+use crate::profile::CostProfile;
+use crate::rate_search::RateSearch;
+use crate::simulate::{SchedConfig, SimOutcome, percentile, simulate};
+use crate::slo::Slo;
+use crate::step_cost::StepCost;
+use crate::workload::Workload;
+
+/// The resource that limits goodput.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Resource {
+    /// Matmul work: long prompts, big batches.
+    Compute,
+    /// Streaming the weights (and cached K/V) from memory every step: small-batch decode.
+    MemoryBandwidth,
+    /// The KV pool: too few sequences fit.
+    KvMemory,
+}
+
+impl std::fmt::Display for Resource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Resource::Compute => "compute",
+            Resource::MemoryBandwidth => "memory_bandwidth",
+            Resource::KvMemory => "kv_memory",
+        })
+    }
+}
+
+/// Why no rate meets the SLO.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PlanError {
+    /// Without a TTFT or end-to-end target every rate "meets" the SLO (requests just queue).
+    #[error(
+        "the SLO needs a ttft or e2e target: without one, requests queue without limit and every rate meets it"
+    )]
+    NoLatencyBound,
+    /// Even one request alone misses a target (or does not fit).
+    #[error("no request rate meets the SLO: {resource} binds: {reason}")]
+    Unattainable {
+        /// The resource that binds.
+        resource: Resource,
+        /// The arithmetic that shows it.
+        reason: String,
+    },
+}
+
+/// The settings of `pagoda serve` the planner varies, and their defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Settings {
+    /// `--max-num-seqs`.
+    pub max_num_seqs: usize,
+    /// `--max-num-batched-tokens`.
+    pub max_num_batched_tokens: usize,
+    /// `--long-prefill-token-threshold`.
+    pub long_prefill_token_threshold: usize,
+}
+
+/// The server's defaults (crates/pagoda/src/engine_args.rs).
+pub const DEFAULTS: Settings = Settings {
+    max_num_seqs: 64,
+    max_num_batched_tokens: 2048,
+    long_prefill_token_threshold: 256,
+};
+
+/// How hard the planner looks.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PlanOptions {
+    /// Requests per simulated run (as `pagoda bench --num-requests`).
+    pub num_requests: usize,
+    /// Seed of arrivals and lengths (as `pagoda bench --seed`).
+    pub seed: u64,
+    /// KV dtype the server will run (`f16`, `int8`, `f32`).
+    pub kv_cache_dtype: &'static str,
+    /// Bytes for the KV cache; default the profile's budget.
+    pub kv_budget_bytes: Option<u64>,
+    /// Requests per second the deployment must serve.
+    pub target_rps: Option<f64>,
+}
+
+impl Default for PlanOptions {
+    fn default() -> Self {
+        Self {
+            num_requests: 200,
+            seed: 0,
+            kv_cache_dtype: "f16",
+            kv_budget_bytes: None,
+            target_rps: None,
+        }
+    }
+}
+
+/// One setting's predicted capacity.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Candidate {
+    /// The settings.
+    pub settings: Settings,
+    /// Highest arrival rate that meets the SLO, requests/s (0: none).
+    pub max_rate_rps: f64,
+    /// Goodput at that rate.
+    pub goodput_rps: f64,
+}
+
+/// Replicas for a target rate.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Replicas {
+    /// The rate asked for.
+    pub target_rps: f64,
+    /// Co-located replicas (each prefills and decodes).
+    pub colocated: usize,
+    /// With disaggregation: prefill replicas.
+    pub prefill: usize,
+    /// With disaggregation: decode replicas.
+    pub decode: usize,
+    /// Highest rate one prefill-only replica serves within the TTFT target.
+    pub prefill_replica_rps: f64,
+    /// Highest rate one decode-only replica serves within the TPOT target.
+    pub decode_replica_rps: f64,
+}
+
+/// The plan.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Plan {
+    /// Goodput at the highest rate that meets the SLO with the recommended settings.
+    pub max_goodput_rps: f64,
+    /// That rate.
+    pub max_rate_rps: f64,
+    /// The resource that binds there.
+    pub binding_resource: Resource,
+    /// KV bytes held at the peak of the run at that rate.
+    pub kv_bytes_needed: u64,
+    /// KV bytes for `max_num_seqs` requests of the longest length at once (the bound).
+    pub kv_bytes_at_max_num_seqs: u64,
+    /// KV bytes the server has.
+    pub kv_bytes_available: u64,
+    /// The flags to pass to `pagoda serve`.
+    pub recommended_flags: Vec<String>,
+    /// The recommended settings.
+    pub recommended: Candidate,
+    /// The defaults, for comparison.
+    pub defaults: Candidate,
+    /// Every setting tried.
+    pub candidates: Vec<Candidate>,
+    /// Predicted latencies at the max rate, milliseconds.
+    pub ttft_p99_ms: f64,
+    /// Predicted TPOT p99 at the max rate, milliseconds.
+    pub tpot_p99_ms: f64,
+    /// Replicas for `--target-rps`.
+    pub replicas: Option<Replicas>,
+    /// How each figure follows.
+    pub reasoning: Vec<String>,
+}
+
+/// The fitted model and everything fixed across the search.
+pub(crate) struct Ctx<'a> {
+    pub(crate) cost: StepCost,
+    pub(crate) workload: &'a Workload,
+    pub(crate) slo: &'a Slo,
+    pub(crate) opts: &'a PlanOptions,
+    pub(crate) num_blocks: usize,
+    pub(crate) block_size: usize,
+    /// Simulate a decode-only replica (prompts arrive computed).
+    pub(crate) prefilled: bool,
+}
+
+impl Ctx<'_> {
+    pub(crate) fn run(
+        &self,
+        settings: Settings,
+        workload: &Workload,
+        slo: &Slo,
+        rate: f64,
+    ) -> SimOutcome {
+        let requests = workload.requests(rate, self.opts.num_requests, self.opts.seed);
+        let sched = SchedConfig {
+            max_num_seqs: settings.max_num_seqs,
+            max_num_batched_tokens: settings.max_num_batched_tokens,
+            long_prefill_token_threshold: settings.long_prefill_token_threshold,
+            num_blocks: self.num_blocks,
+            block_size: self.block_size,
+            prefilled: self.prefilled,
+        };
+        simulate(
+            &self.cost,
+            sched,
+            &requests,
+            workload.shared_prefix_tokens as usize,
+            slo,
+        )
+    }
+
+    /// The highest rate meeting `slo` for `workload`, and the run at that rate.
+    pub(crate) fn search(
+        &self,
+        settings: Settings,
+        workload: &Workload,
+        slo: &Slo,
+        start: f64,
+    ) -> Option<(f64, SimOutcome)> {
+        let mut search = RateSearch::new(start, 0.02, 40);
+        let mut best: Option<(f64, SimOutcome)> = None;
+        while let Some(rate) = search.next_rate() {
+            let outcome = self.run(settings, workload, slo, rate);
+            let meets = outcome.meets();
+            search.record(rate, meets);
+            if meets && best.as_ref().is_none_or(|(r, _)| rate > *r) {
+                best = Some((rate, outcome));
+            }
+        }
+        best
+    }
+}
+
+/// Plan for `workload` under `slo` on the machine and model of `profile`.
+pub fn plan(
+    profile: &CostProfile,
+    workload: &Workload,
+    slo: &Slo,
+    opts: &PlanOptions,
+) -> Result<Plan, PlanError> {
+    if slo.ttft_ms.is_none() && slo.e2e_ms.is_none() {
+        return Err(PlanError::NoLatencyBound);
+    }
+    let bytes_per_token = profile
+        .kv_bytes_per_token
+        .of(opts.kv_cache_dtype)
+        .unwrap_or(profile.kv_bytes_per_token.f16)
+        .max(1);
+    let budget = opts.kv_budget_bytes.unwrap_or(profile.kv_budget_bytes);
+    let block_size = profile.block_size.max(1);
+    let ctx = Ctx {
+        cost: StepCost::fit(profile),
+        workload,
+        slo,
+        opts,
+        num_blocks: (budget / (bytes_per_token * block_size as u64)) as usize,
+        block_size,
+        prefilled: false,
+    };
+    let mut reasoning = Vec::new();
+    crate::plan_checks::check_attainable(
+        &ctx.cost,
+        workload,
+        slo,
+        ctx.num_blocks * block_size,
+        &mut reasoning,
+    )?;
+    // A first guess for the ladder: one decode-bound batch of 8.
+    let mean_out = workload.output_tokens.mean().max(1.0);
+    let start =
+        8.0 / (mean_out * ctx.cost.decode_secs(8, workload.prompt_tokens.hi as usize)).max(1e-6);
+    let mut candidates = Vec::new();
+    for &seqs in &[4usize, 8, 16, 32, 64, 128] {
+        for &tokens in &[256usize, 512, 1024, 2048] {
+            let settings = Settings {
+                max_num_seqs: seqs,
+                max_num_batched_tokens: tokens,
+                long_prefill_token_threshold: DEFAULTS.long_prefill_token_threshold.min(tokens),
+            };
+            let found = ctx.search(settings, workload, slo, start);
+            candidates.push(Candidate {
+                settings,
+                max_rate_rps: found.as_ref().map_or(0.0, |f| f.0),
+                goodput_rps: found.as_ref().map_or(0.0, |f| f.1.goodput()),
+            });
+        }
+    }
+    let defaults = candidates
+        .iter()
+        .find(|c| c.settings == DEFAULTS)
+        .copied()
+        .unwrap_or(Candidate {
+            settings: DEFAULTS,
+            max_rate_rps: 0.0,
+            goodput_rps: 0.0,
+        });
+    // The defaults win ties: a recommendation must be better, not merely different.
+    let mut recommended = defaults;
+    for c in &candidates {
+        if c.max_rate_rps > recommended.max_rate_rps * 1.02 {
+            recommended = *c;
+        }
+    }
+    let Some((rate, at_max)) = ctx.search(recommended.settings, workload, slo, start) else {
+        return Err(PlanError::Unattainable {
+            resource: Resource::Compute,
+            reason: "no simulated rate met the SLO with any setting tried".into(),
+        });
+    };
+    let above = ctx.run(recommended.settings, workload, slo, rate * 1.1);
+    let binding =
+        crate::plan_checks::binding(&at_max, &above, ctx.num_blocks * block_size, &mut reasoning);
+    let kv_bytes_needed = at_max.peak_kv_tokens as u64 * bytes_per_token;
+    let kv_at_cap = (recommended.settings.max_num_seqs as u64 * workload.max_own_tokens()
+        + u64::from(workload.shared_prefix_tokens))
+        * bytes_per_token;
+    reasoning.push(format!(
+        "at {rate:.3} req/s with --max-num-seqs {} --max-num-batched-tokens {}: {} of {} simulated \
+         requests meet the SLO, TTFT p99 {:.0} ms, TPOT p99 {:.1} ms, at most {} running, \
+         peak KV {} tokens = {:.1} MiB of {:.1} MiB",
+        recommended.settings.max_num_seqs,
+        recommended.settings.max_num_batched_tokens,
+        at_max.good,
+        at_max.requests,
+        percentile(&at_max.ttft_ms, 99.0),
+        percentile(&at_max.tpot_ms, 99.0),
+        at_max.peak_running,
+        at_max.peak_kv_tokens,
+        kv_bytes_needed as f64 / 1048576.0,
+        budget as f64 / 1048576.0,
+    ));
+    reasoning.push(format!(
+        "defaults (--max-num-seqs {} --max-num-batched-tokens {}) reach {:.3} req/s",
+        DEFAULTS.max_num_seqs, DEFAULTS.max_num_batched_tokens, defaults.max_rate_rps
+    ));
+    let replicas = opts.target_rps.map(|target| {
+        crate::plan_checks::replicas(&ctx, recommended.settings, target, rate, &mut reasoning)
+    });
+    let s = recommended.settings;
+    let mut recommended_flags: Vec<String> = [
+        ("--max-num-seqs", s.max_num_seqs.to_string()),
+        (
+            "--max-num-batched-tokens",
+            s.max_num_batched_tokens.to_string(),
+        ),
+        (
+            "--long-prefill-token-threshold",
+            s.long_prefill_token_threshold.to_string(),
+        ),
+        ("--kv-cache-dtype", opts.kv_cache_dtype.to_string()),
+    ]
+    .into_iter()
+    .flat_map(|(k, v)| [k.to_string(), v])
+    .collect();
+    if let Some(b) = opts.kv_budget_bytes {
+        recommended_flags.extend([
+            "--kv-cache-memory".to_string(),
+            format!("{}MiB", b.div_ceil(1 << 20)),
+        ]);
+    }
+    Ok(Plan {
+        max_goodput_rps: at_max.goodput(),
+        max_rate_rps: rate,
+        binding_resource: binding,
+        kv_bytes_needed,
+        kv_bytes_at_max_num_seqs: kv_at_cap,
+        kv_bytes_available: budget,
+        recommended_flags,
+        recommended: Candidate {
+            max_rate_rps: rate,
+            goodput_rps: at_max.goodput(),
+            ..recommended
+        },
+        defaults,
+        candidates,
+        ttft_p99_ms: percentile(&at_max.ttft_ms, 99.0),
+        tpot_p99_ms: percentile(&at_max.tpot_ms, 99.0),
+        replicas,
+        reasoning,
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::simulate::tests::synthetic;
+    use crate::workload::Length;
+
+    fn workload(prompt: u32, output: u32) -> Workload {
+        Workload {
+            prompt_tokens: Length::fixed(prompt),
+            output_tokens: Length::fixed(output),
+            shared_prefix_tokens: 0,
+            burstiness: 1.0,
+        }
+    }
+
+    #[test]
+    fn a_kv_bound_replica_serves_what_its_pool_holds() {
+        // Steps cost 10 ms whatever their size, so only the pool limits concurrency: 16
+        // blocks of 16 tokens hold 8 requests of 16 + 11 tokens (2 blocks each), which finish
+        // 11 steps after they start: at most 8 / 0.110 s = 72.7 requests/s.
+        let profile = synthetic(0.010, 4096, 0.0);
+        let opts = PlanOptions {
+            kv_budget_bytes: Some(16 * 16 * 1024),
+            num_requests: 1000,
+            ..PlanOptions::default()
+        };
+        let slo = Slo::parse("ttft=300ms,tpot=20ms").unwrap();
+        let p = plan(&profile, &workload(16, 11), &slo, &opts).unwrap();
+        let bound = 8.0 / 0.110;
+        // A finite run may overload briefly: its last 10% may miss the SLO.
+        assert!(
+            p.max_rate_rps <= 1.1 * bound && p.max_rate_rps > 0.75 * bound,
+            "{}",
+            p.max_rate_rps
+        );
+        assert_eq!(p.binding_resource, Resource::KvMemory);
+        assert!(p.kv_bytes_needed <= 16 * 16 * 1024);
+        assert!(p.recommended.max_rate_rps >= p.defaults.max_rate_rps);
+        let flags = p.recommended_flags.join(" ");
+        assert!(
+            flags.contains("--max-num-seqs") && flags.contains("--kv-cache-dtype f16"),
+            "{flags}"
+        );
+    }
+
+    #[test]
+    fn a_compute_bound_replica_is_limited_by_its_tpot() {
+        // 10 ms + 1 ms per token over 1: a TPOT target of 18 ms allows 9 tokens a step, so a
+        // replica decodes at most 9 requests together, each for 21 steps of about 18 ms:
+        // 9 / (21 · 18 ms) = 23.8 requests/s.
+        let profile = synthetic(0.010, 1, 0.001);
+        let slo = Slo::parse("ttft=500ms,tpot=18ms").unwrap();
+        let opts = PlanOptions {
+            num_requests: 1000,
+            ..PlanOptions::default()
+        };
+        let p = plan(&profile, &workload(1, 21), &slo, &opts).unwrap();
+        assert!(
+            p.max_rate_rps < 24.5 && p.max_rate_rps > 15.0,
+            "{}",
+            p.max_rate_rps
+        );
+        assert_eq!(p.binding_resource, Resource::Compute, "{:?}", p.reasoning);
+        let opts = PlanOptions {
+            target_rps: Some(100.0),
+            ..opts
+        };
+        let p = plan(&profile, &workload(1, 21), &slo, &opts).unwrap();
+        let r = p.replicas.unwrap();
+        assert_eq!(r.colocated, (100.0 / p.max_rate_rps).ceil() as usize);
+        assert!(r.decode >= 1 && r.prefill >= 1);
+    }
+
+    #[test]
+    fn an_unattainable_slo_names_the_binding_resource() {
+        let flat = synthetic(0.010, 64, 0.0);
+        let err = |profile: &CostProfile, w: Workload, slo: &str, opts: PlanOptions| match plan(
+            profile,
+            &w,
+            &Slo::parse(slo).unwrap(),
+            &opts,
+        ) {
+            Err(PlanError::Unattainable { resource, reason }) => (resource, reason),
+            Err(e) => panic!("{e}"),
+            Ok(p) => panic!("planned {} req/s", p.max_rate_rps),
+        };
+        // Every step streams the weights for 10 ms: no batch decodes faster.
+        let (r, why) = err(
+            &flat,
+            workload(16, 8),
+            "ttft=10s,tpot=5ms",
+            PlanOptions::default(),
+        );
+        assert_eq!(r, Resource::MemoryBandwidth);
+        assert!(why.contains("TPOT target of 5 ms"), "{why}");
+        // A 4096-token prompt costs 4 s of matmul work.
+        let steep = synthetic(0.010, 64, 0.001);
+        let (r, why) = err(&steep, workload(4096, 8), "ttft=1s", PlanOptions::default());
+        assert_eq!(r, Resource::Compute);
+        assert!(why.contains("TTFT target of 1000 ms"), "{why}");
+        // A pool of 1 MiB holds 1024 tokens: a 2000-token request never fits.
+        let opts = PlanOptions {
+            kv_budget_bytes: Some(1 << 20),
+            ..PlanOptions::default()
+        };
+        let (r, why) = err(&flat, workload(2000, 8), "ttft=10s", opts);
+        assert_eq!(r, Resource::KvMemory);
+        assert!(why.contains("pool holds 1024"), "{why}");
+        assert_eq!(
+            plan(
+                &flat,
+                &workload(16, 8),
+                &Slo::parse("tpot=50ms").unwrap(),
+                &PlanOptions::default()
+            ),
+            Err(PlanError::NoLatencyBound)
+        );
+    }
+}
