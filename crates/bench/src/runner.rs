@@ -24,6 +24,7 @@ use crate::metrics::{Slo, Summary};
 use crate::speculation::{self, SpecSummary};
 use crate::tokens::{CountMethod, TokenCounter};
 use crate::workload::{self, WorkItem, WorkloadError, WorkloadSpec};
+use pagoda_capacity::ARRIVAL_SEED_SALT;
 
 /// How load is applied at one point of a run.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -184,6 +185,9 @@ pub struct BenchReport {
     pub points: Vec<PointReport>,
     /// With two targets: one per load point.
     pub comparisons: Vec<Comparison>,
+    /// With `--sweep`: the highest rate that met the SLO.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sweep: Option<crate::sweep::SweepResult>,
 }
 
 /// Errors that stop a run before any measurement.
@@ -314,6 +318,7 @@ pub async fn run_bench(config: BenchConfig) -> Result<BenchReport, BenchError> {
         prompt_length_method: counter.method,
         points,
         comparisons,
+        sweep: None,
     })
 }
 
@@ -490,7 +495,7 @@ async fn run_point(
         Load::Rate {
             rate, burstiness, ..
         } => {
-            let mut rng = ChaCha8Rng::seed_from_u64(config.workload.seed ^ 0xA221_7A15);
+            let mut rng = ChaCha8Rng::seed_from_u64(config.workload.seed ^ ARRIVAL_SEED_SALT);
             let schedule = Arrival::new(rate, burstiness).schedule(
                 &mut rng,
                 shared.items.len(),
