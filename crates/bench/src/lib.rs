@@ -21,6 +21,7 @@ pub mod runner;
 pub mod speculation;
 pub mod sweep;
 pub mod sweep_chart;
+pub mod sweep_result;
 pub mod tokens;
 mod words;
 pub mod workload;

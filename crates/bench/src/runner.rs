@@ -187,7 +187,7 @@ pub struct BenchReport {
     pub comparisons: Vec<Comparison>,
     /// With `--sweep`: the highest rate that met the SLO.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sweep: Option<crate::sweep::SweepResult>,
+    pub sweep: Option<crate::sweep_result::SweepResult>,
 }
 
 /// Errors that stop a run before any measurement.

@@ -10,6 +10,8 @@
 
 pub mod arrival;
 mod plan_checks;
+mod plan_search;
+pub mod plan_types;
 pub mod planner;
 pub mod profile;
 pub mod rate_search;

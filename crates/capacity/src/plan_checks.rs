@@ -2,7 +2,8 @@
 //! the SLO (and which resource says no), which resource binds at the highest rate, and the
 //! replica counts for a target rate, co-located and disaggregated.
 
-use crate::planner::{Ctx, PlanError, Replicas, Resource, Settings};
+use crate::plan_search::Ctx;
+use crate::plan_types::{DEFAULTS, PlanError, Replicas, Resource, Settings};
 use crate::simulate::{SimOutcome, percentile};
 use crate::slo::Slo;
 use crate::step_cost::{StepCost, StepParts};
@@ -51,7 +52,7 @@ pub(crate) fn check_attainable(
     } else {
         0
     };
-    let chunk = crate::planner::DEFAULTS.long_prefill_token_threshold;
+    let chunk = DEFAULTS.long_prefill_token_threshold;
     let mut prefill = StepParts::default();
     let mut done = cached.min(prompt.saturating_sub(1));
     while done < prompt {

@@ -5,220 +5,15 @@
 //! replicas for a target rate with and without prefill/decode disaggregation, and the
 //! reasoning behind each figure.
 
-use serde::Serialize;
-
+use crate::plan_search::Ctx;
+pub use crate::plan_types::{
+    Candidate, DEFAULTS, Plan, PlanError, PlanOptions, Replicas, Resource, Settings,
+};
 use crate::profile::CostProfile;
-use crate::rate_search::RateSearch;
-use crate::simulate::{SchedConfig, SimOutcome, percentile, simulate};
+use crate::simulate::percentile;
 use crate::slo::Slo;
 use crate::step_cost::StepCost;
 use crate::workload::Workload;
-
-/// The resource that limits goodput.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Resource {
-    /// Matmul work: long prompts, big batches.
-    Compute,
-    /// Streaming the weights (and cached K/V) from memory every step: small-batch decode.
-    MemoryBandwidth,
-    /// The KV pool: too few sequences fit.
-    KvMemory,
-}
-
-impl std::fmt::Display for Resource {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Resource::Compute => "compute",
-            Resource::MemoryBandwidth => "memory_bandwidth",
-            Resource::KvMemory => "kv_memory",
-        })
-    }
-}
-
-/// Why no rate meets the SLO.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum PlanError {
-    /// Without a TTFT or end-to-end target every rate "meets" the SLO (requests just queue).
-    #[error(
-        "the SLO needs a ttft or e2e target: without one, requests queue without limit and every rate meets it"
-    )]
-    NoLatencyBound,
-    /// Even one request alone misses a target (or does not fit).
-    #[error("no request rate meets the SLO: {resource} binds: {reason}")]
-    Unattainable {
-        /// The resource that binds.
-        resource: Resource,
-        /// The arithmetic that shows it.
-        reason: String,
-    },
-}
-
-/// The settings of `pagoda serve` the planner varies, and their defaults.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Settings {
-    /// `--max-num-seqs`.
-    pub max_num_seqs: usize,
-    /// `--max-num-batched-tokens`.
-    pub max_num_batched_tokens: usize,
-    /// `--long-prefill-token-threshold`.
-    pub long_prefill_token_threshold: usize,
-}
-
-/// The server's defaults (crates/pagoda/src/engine_args.rs).
-pub const DEFAULTS: Settings = Settings {
-    max_num_seqs: 64,
-    max_num_batched_tokens: 2048,
-    long_prefill_token_threshold: 256,
-};
-
-/// How hard the planner looks.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct PlanOptions {
-    /// Requests per simulated run (as `pagoda bench --num-requests`).
-    pub num_requests: usize,
-    /// Seed of arrivals and lengths (as `pagoda bench --seed`).
-    pub seed: u64,
-    /// KV dtype the server will run (`f16`, `int8`, `f32`).
-    pub kv_cache_dtype: &'static str,
-    /// Bytes for the KV cache; default the profile's budget.
-    pub kv_budget_bytes: Option<u64>,
-    /// Requests per second the deployment must serve.
-    pub target_rps: Option<f64>,
-}
-
-impl Default for PlanOptions {
-    fn default() -> Self {
-        Self {
-            num_requests: 200,
-            seed: 0,
-            kv_cache_dtype: "f16",
-            kv_budget_bytes: None,
-            target_rps: None,
-        }
-    }
-}
-
-/// One setting's predicted capacity.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Candidate {
-    /// The settings.
-    pub settings: Settings,
-    /// Highest arrival rate that meets the SLO, requests/s (0: none).
-    pub max_rate_rps: f64,
-    /// Goodput at that rate.
-    pub goodput_rps: f64,
-}
-
-/// Replicas for a target rate.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Replicas {
-    /// The rate asked for.
-    pub target_rps: f64,
-    /// Co-located replicas (each prefills and decodes).
-    pub colocated: usize,
-    /// With disaggregation: prefill replicas.
-    pub prefill: usize,
-    /// With disaggregation: decode replicas.
-    pub decode: usize,
-    /// Highest rate one prefill-only replica serves within the TTFT target.
-    pub prefill_replica_rps: f64,
-    /// Highest rate one decode-only replica serves within the TPOT target.
-    pub decode_replica_rps: f64,
-}
-
-/// The plan.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Plan {
-    /// Goodput at the highest rate that meets the SLO with the recommended settings.
-    pub max_goodput_rps: f64,
-    /// That rate.
-    pub max_rate_rps: f64,
-    /// The resource that binds there.
-    pub binding_resource: Resource,
-    /// KV bytes held at the peak of the run at that rate.
-    pub kv_bytes_needed: u64,
-    /// KV bytes for `max_num_seqs` requests of the longest length at once (the bound).
-    pub kv_bytes_at_max_num_seqs: u64,
-    /// KV bytes the server has.
-    pub kv_bytes_available: u64,
-    /// The flags to pass to `pagoda serve`.
-    pub recommended_flags: Vec<String>,
-    /// The recommended settings.
-    pub recommended: Candidate,
-    /// The defaults, for comparison.
-    pub defaults: Candidate,
-    /// Every setting tried.
-    pub candidates: Vec<Candidate>,
-    /// Predicted latencies at the max rate, milliseconds.
-    pub ttft_p99_ms: f64,
-    /// Predicted TPOT p99 at the max rate, milliseconds.
-    pub tpot_p99_ms: f64,
-    /// Replicas for `--target-rps`.
-    pub replicas: Option<Replicas>,
-    /// How each figure follows.
-    pub reasoning: Vec<String>,
-}
-
-/// The fitted model and everything fixed across the search.
-pub(crate) struct Ctx<'a> {
-    pub(crate) cost: StepCost,
-    pub(crate) workload: &'a Workload,
-    pub(crate) slo: &'a Slo,
-    pub(crate) opts: &'a PlanOptions,
-    pub(crate) num_blocks: usize,
-    pub(crate) block_size: usize,
-    /// Simulate a decode-only replica (prompts arrive computed).
-    pub(crate) prefilled: bool,
-}
-
-impl Ctx<'_> {
-    pub(crate) fn run(
-        &self,
-        settings: Settings,
-        workload: &Workload,
-        slo: &Slo,
-        rate: f64,
-    ) -> SimOutcome {
-        let requests = workload.requests(rate, self.opts.num_requests, self.opts.seed);
-        let sched = SchedConfig {
-            max_num_seqs: settings.max_num_seqs,
-            max_num_batched_tokens: settings.max_num_batched_tokens,
-            long_prefill_token_threshold: settings.long_prefill_token_threshold,
-            num_blocks: self.num_blocks,
-            block_size: self.block_size,
-            prefilled: self.prefilled,
-        };
-        simulate(
-            &self.cost,
-            sched,
-            &requests,
-            workload.shared_prefix_tokens as usize,
-            slo,
-        )
-    }
-
-    /// The highest rate meeting `slo` for `workload`, and the run at that rate.
-    pub(crate) fn search(
-        &self,
-        settings: Settings,
-        workload: &Workload,
-        slo: &Slo,
-        start: f64,
-    ) -> Option<(f64, SimOutcome)> {
-        let mut search = RateSearch::new(start, 0.02, 40);
-        let mut best: Option<(f64, SimOutcome)> = None;
-        while let Some(rate) = search.next_rate() {
-            let outcome = self.run(settings, workload, slo, rate);
-            let meets = outcome.meets();
-            search.record(rate, meets);
-            if meets && best.as_ref().is_none_or(|(r, _)| rate > *r) {
-                best = Some((rate, outcome));
-            }
-        }
-        best
-    }
-}
 
 /// Plan for `workload` under `slo` on the machine and model of `profile`. When the KV pool
 /// binds under f16, int8 KV (about 1.9x the tokens in the same memory) is planned too and
@@ -446,7 +241,7 @@ mod tests {
             ..PlanOptions::default()
         };
         let slo = Slo::parse("ttft=300ms,tpot=20ms").unwrap();
-        let p = plan(&profile, &workload(16, 11), &slo, &opts).unwrap();
+        let p = plan_one(&profile, &workload(16, 11), &slo, &opts).unwrap();
         let bound = 8.0 / 0.110;
         // A finite run may overload briefly: its last 10% may miss the SLO.
         assert!(
@@ -461,6 +256,20 @@ mod tests {
         assert!(
             flags.contains("--max-num-seqs") && flags.contains("--kv-cache-dtype f16"),
             "{flags}"
+        );
+        // int8 KV holds 30 blocks of 16 tokens (544 bytes a token): 15 requests, about twice
+        // the rate; `plan` tries it because the pool binds.
+        let q = plan(&profile, &workload(16, 11), &slo, &opts).unwrap();
+        assert!(
+            q.max_rate_rps > 1.6 * p.max_rate_rps,
+            "{} vs {}",
+            q.max_rate_rps,
+            p.max_rate_rps
+        );
+        assert!(
+            q.recommended_flags
+                .join(" ")
+                .contains("--kv-cache-dtype int8")
         );
     }
 
