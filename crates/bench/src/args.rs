@@ -287,6 +287,7 @@ impl BenchArgs {
                 temperature: self.temperature,
             },
             slo: self.resolved_slo(),
+            arrival_seed: None,
             timeout: self.timeout,
             rounds: self.rounds.max(1),
             use_tokenize: !self.no_tokenize,

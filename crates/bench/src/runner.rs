@@ -72,7 +72,8 @@ impl Load {
                 ..
             } => {
                 let r = if rate.is_finite() {
-                    format!("rate={rate}/s")
+                    // Bisected rates print without float noise (0.165, not 0.16499999999999998).
+                    format!("rate={}/s", (rate * 1e4).round() / 1e4)
                 } else {
                     "rate=inf".to_owned()
                 };
@@ -108,6 +109,10 @@ pub struct BenchConfig {
     pub sampling: SamplingSettings,
     /// Goodput targets.
     pub slo: Slo,
+    /// Seed of the arrival times when it is not the workload's (`--sweep` keeps one arrival
+    /// pattern, the one `pagoda plan` simulates, while each probe gets fresh prompts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arrival_seed: Option<u64>,
     /// Per-request limit.
     pub timeout: Duration,
     /// With two targets: how many A/B alternations per point, each with fresh prompts.
@@ -495,7 +500,9 @@ async fn run_point(
         Load::Rate {
             rate, burstiness, ..
         } => {
-            let mut rng = ChaCha8Rng::seed_from_u64(config.workload.seed ^ ARRIVAL_SEED_SALT);
+            let mut rng = ChaCha8Rng::seed_from_u64(
+                config.arrival_seed.unwrap_or(config.workload.seed) ^ ARRIVAL_SEED_SALT,
+            );
             let schedule = Arrival::new(rate, burstiness).schedule(
                 &mut rng,
                 shared.items.len(),

@@ -38,8 +38,10 @@ pub async fn run_sweep(
             burstiness,
             max_concurrency,
         }];
-        // Fresh prompts per probe: a repeated prompt would hit the prefix cache.
+        // Fresh prompts per probe (a repeated prompt would hit the prefix cache), the same
+        // arrival pattern for all.
         c.workload.seed = config.workload.seed.wrapping_add(probe.wrapping_mul(7919));
+        c.arrival_seed = Some(config.workload.seed);
         if probe > 0 {
             c.warmup = 0;
         }

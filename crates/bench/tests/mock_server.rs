@@ -294,6 +294,7 @@ fn config(urls: &[&str], api: Api, kind: WorkloadKind, loads: Vec<Load>, n: usiz
             tpot_ms: Some(1_000.0),
             e2e_ms: None,
         },
+        arrival_seed: None,
         timeout: Duration::from_secs(30),
         rounds: 1,
         use_tokenize: true,

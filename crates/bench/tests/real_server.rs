@@ -74,6 +74,7 @@ async fn a_short_run_against_pagoda_serve() {
             tpot_ms: Some(60_000.0),
             e2e_ms: None,
         },
+        arrival_seed: None,
         timeout: Duration::from_secs(120),
         rounds: 1,
         use_tokenize: true,
