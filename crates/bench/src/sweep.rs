@@ -125,10 +125,10 @@ pub fn render(sweep: &SweepResult) -> String {
         Some(r) => out.push_str(&format!(
             "highest rate meeting the SLO: {r:.3} req/s (goodput {:.3} req/s){}\n",
             sweep.max_goodput_rps,
-            sweep
-                .lowest_failing_rps
-                .map(|f| format!("; {f:.3} req/s misses it"))
-                .unwrap_or_default()
+            sweep.lowest_failing_rps.map_or_else(
+                || "; no probe missed it (more --sweep-max-probes or --num-requests)".into(),
+                |f| format!("; {f:.3} req/s misses it")
+            )
         )),
         None => out.push_str("no probed rate meets the SLO\n"),
     }

@@ -135,6 +135,13 @@ fn plan_one(
             reason: "no simulated rate met the SLO with any setting tried".into(),
         });
     };
+    if rate >= start * 512.0 {
+        reasoning.push(format!(
+            "even {} requests arriving at once meet the SLO: the run is too short to load a \
+             replica, so the rate is unbounded here; raise --num-requests",
+            opts.num_requests
+        ));
+    }
     let above = ctx.run(recommended.settings, workload, slo, rate * 1.1);
     let binding =
         crate::plan_checks::binding(&at_max, &above, ctx.num_blocks * block_size, &mut reasoning);

@@ -18,6 +18,9 @@ pub struct RateSearch {
     fail: Option<f64>,
     /// Lowest rate worth probing: below it the answer is "no rate meets the SLO".
     floor: f64,
+    /// Highest rate worth probing: a run of a few requests may meet the SLO even when they all
+    /// arrive at once, and the ladder must stop somewhere.
+    ceiling: f64,
 }
 
 impl RateSearch {
@@ -36,6 +39,7 @@ impl RateSearch {
             pass: None,
             fail: None,
             floor: start / 1024.0,
+            ceiling: start * 1024.0,
         }
     }
 
@@ -46,7 +50,7 @@ impl RateSearch {
         }
         match (self.pass, self.fail) {
             (None, None) => Some(self.start),
-            (Some(p), None) => Some(p * 2.0),
+            (Some(p), None) => (p * 2.0 <= self.ceiling).then_some(p * 2.0),
             (None, Some(f)) => (f / 2.0 >= self.floor).then_some(f / 2.0),
             (Some(p), Some(f)) => (f / p - 1.0 > self.precision).then_some((p + f) / 2.0),
         }
@@ -65,6 +69,11 @@ impl RateSearch {
     /// The highest rate that met the SLO so far.
     pub fn best(&self) -> Option<f64> {
         self.pass
+    }
+
+    /// Whether the ladder reached its ceiling without a failing rate: every rate met the SLO.
+    pub fn unbounded(&self) -> bool {
+        self.fail.is_none() && self.pass.is_some_and(|p| p * 2.0 > self.ceiling)
     }
 
     /// The lowest rate that failed so far.
@@ -98,8 +107,14 @@ mod tests {
             );
             assert!(probes < 20, "{probes} probes");
         }
-        // Nothing passes: the search gives up at the floor.
+        // Nothing passes: the search gives up at the floor; everything passes: at the ceiling.
         assert_eq!(search(0.0, 1.0).0, None);
+        let mut s = RateSearch::new(1.0, 0.05, 40);
+        while let Some(r) = s.next_rate() {
+            s.record(r, true);
+        }
+        assert_eq!(s.best(), Some(1024.0));
+        assert!(s.unbounded());
         // The budget stops it too.
         let mut s = RateSearch::new(1.0, 0.0, 3);
         for _ in 0..3 {
