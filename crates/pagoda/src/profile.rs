@@ -140,8 +140,9 @@ pub fn measure(
 }
 
 /// Seconds of one forward over `seqs` (new tokens, context before them), the quicker of two
-/// (noise on a shared machine only ever adds time); logits for each sequence's last token, as
-/// a step samples.
+/// (noise on a shared machine only ever adds time) below 256 tokens, one run above (long
+/// enough that noise is a small part of it, and most of a profile's time); logits for each
+/// sequence's last token, as a step samples.
 fn time_batch(exec: &mut CpuExecutor, seqs: &[(usize, usize)]) -> anyhow::Result<f64> {
     let num_blocks = exec.kv_cache.num_blocks();
     let groups = exec.kv_cache.plan().num_groups();
@@ -172,7 +173,8 @@ fn time_batch(exec: &mut CpuExecutor, seqs: &[(usize, usize)]) -> anyhow::Result
         .collect();
     let batch = ForwardBatch::from_seqs(&chunks, BLOCK_SIZE);
     let mut best = f64::INFINITY;
-    for _ in 0..2 {
+    let total: usize = seqs.iter().map(|&(n, _)| n).sum();
+    for _ in 0..if total >= 256 { 1 } else { 2 } {
         let t = Instant::now();
         exec.forward(&batch)
             .map_err(|e| anyhow::anyhow!("forward pass of {seqs:?} failed: {e}"))?;
