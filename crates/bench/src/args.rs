@@ -95,12 +95,26 @@ pub struct BenchArgs {
     #[arg(long)]
     pub temperature: Option<f32>,
 
-    /// Goodput: TTFT limit in milliseconds.
+    /// Goodput targets, e.g. `ttft=1s,tpot=100ms,e2e=30s` (any subset; a bare number is
+    /// milliseconds). A point meets the SLO when at least 90% of its requests meet every target.
+    #[arg(long, value_parser = parse_slo)]
+    pub slo: Option<Slo>,
+    /// Goodput: TTFT limit in milliseconds (same as --slo ttft=N).
     #[arg(long)]
     pub slo_ttft: Option<f64>,
-    /// Goodput: TPOT limit in milliseconds.
+    /// Goodput: TPOT limit in milliseconds (same as --slo tpot=N).
     #[arg(long)]
     pub slo_tpot: Option<f64>,
+    /// Find the highest request rate that meets --slo: a doubling ladder from the first
+    /// --request-rate (default 1/s), then bisection; each probe is a run of --num-requests.
+    #[arg(long, conflicts_with_all = ["concurrency", "compare"])]
+    pub sweep: bool,
+    /// --sweep stops when the passing and failing rates are within this fraction.
+    #[arg(long, default_value_t = 0.1)]
+    pub sweep_precision: f64,
+    /// --sweep runs at most this many probes.
+    #[arg(long, default_value_t = 12)]
+    pub sweep_max_probes: usize,
 
     /// Write settings, summaries and per-request records as JSON.
     #[arg(long)]
@@ -140,6 +154,10 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         return Err(format!("`{s}` must be a positive duration"));
     }
     Ok(Duration::from_secs_f64(seconds))
+}
+
+fn parse_slo(s: &str) -> Result<Slo, String> {
+    Slo::parse(s).map_err(|e| e.to_string())
 }
 
 fn parse_rate(s: &str) -> Result<f64, String> {
@@ -187,6 +205,36 @@ impl BenchArgs {
                 max_concurrency: self.max_concurrency,
             })
             .collect())
+    }
+
+    /// `--slo`, with `--slo-ttft` / `--slo-tpot` filling in (or overriding) their targets.
+    pub fn resolved_slo(&self) -> Slo {
+        let mut slo = self.slo.unwrap_or_default();
+        slo.ttft_ms = self.slo_ttft.or(slo.ttft_ms);
+        slo.tpot_ms = self.slo_tpot.or(slo.tpot_ms);
+        slo
+    }
+
+    /// `--sweep`'s start rate and its checks: it needs a TTFT or end-to-end target (without one
+    /// requests just queue and every rate meets the SLO).
+    pub fn sweep_start(&self) -> Result<f64, String> {
+        let slo = self.resolved_slo();
+        if slo.ttft_ms.is_none() && slo.e2e_ms.is_none() {
+            return Err(
+                "--sweep needs --slo with a ttft or e2e target (e.g. --slo ttft=1s,tpot=100ms)"
+                    .into(),
+            );
+        }
+        if !(self.sweep_precision > 0.0 && self.sweep_precision < 1.0) {
+            return Err("--sweep-precision must be between 0 and 1".into());
+        }
+        match self.request_rate.first() {
+            None => Ok(1.0),
+            Some(r) => match parse_rate(r)? {
+                r if r.is_finite() => Ok(r),
+                _ => Err("--sweep needs a finite --request-rate to start from".into()),
+            },
+        }
     }
 
     /// Resolve into a runnable config; `models` are the model ids of the targets (looked up by
@@ -238,10 +286,8 @@ impl BenchArgs {
                 ignore_eos: self.ignore_eos,
                 temperature: self.temperature,
             },
-            slo: Slo {
-                ttft_ms: self.slo_ttft,
-                tpot_ms: self.slo_tpot,
-            },
+            slo: self.resolved_slo(),
+            arrival_seed: None,
             timeout: self.timeout,
             rounds: self.rounds.max(1),
             use_tokenize: !self.no_tokenize,
@@ -329,6 +375,18 @@ mod tests {
         assert!(c.sampling.ignore_eos);
 
         assert!(parse(&["--concurrency", "4", "--request-rate", "2"]).is_err());
+        let s = parse(&["--slo", "ttft=2s,tpot=50ms", "--slo-tpot", "80", "--sweep"]).unwrap();
+        let slo = s.to_config(&["m".into()]).unwrap().slo;
+        assert_eq!((slo.ttft_ms, slo.tpot_ms), (Some(2000.0), Some(80.0)));
+        assert_eq!(s.sweep_start(), Ok(1.0));
+        assert!(
+            parse(&["--sweep", "--slo", "tpot=1s"])
+                .unwrap()
+                .sweep_start()
+                .is_err()
+        );
+        assert!(parse(&["--slo", "ttft=fast"]).is_err());
+        assert!(parse(&["--sweep", "--concurrency", "2"]).is_err());
         assert!(parse(&["--request-rate=-1"]).unwrap().loads().is_err());
         assert!(parse(&["--input-len", "0"]).is_err());
         assert!(

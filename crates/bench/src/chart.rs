@@ -11,8 +11,15 @@ use crate::runner::{BenchReport, PointReport};
 #[error("cannot draw the sweep chart: {0}")]
 pub struct ChartError(String);
 
+impl ChartError {
+    /// The error of a drawing call.
+    pub fn new<E: std::fmt::Display>(e: E) -> Self {
+        ChartError(e.to_string())
+    }
+}
+
 fn err<E: std::fmt::Display>(e: E) -> ChartError {
-    ChartError(e.to_string())
+    ChartError::new(e)
 }
 
 const COLORS: [RGBColor; 2] = [RGBColor(31, 119, 180), RGBColor(255, 127, 14)];

@@ -3,13 +3,14 @@
 //! realistic arrivals, several workloads, sweeps and A/B comparison of two servers in one run.
 //!
 //! Layout: `arrival` (when), `workload` + `dataset` + `tokens` + `words` (what), `client` (one
-//! timed streaming request), `runner` (the loops), `metrics` (statistics), `report` + `chart`
-//! (output), `args` (the command line). Depends on the protocol types only, never on server
-//! internals.
+//! timed streaming request), `runner` (the loops), `sweep` (`--sweep`: the highest rate that
+//! meets the SLO), `metrics` (statistics), `report` + `chart` + `sweep_chart` (output), `args`
+//! (the command line). Depends on the protocol types and `pagoda-capacity` (the SLO rule and
+//! rate search it shares with `pagoda plan`), never on server internals.
 #![deny(missing_docs)]
 
 pub mod args;
-pub mod arrival;
+pub use pagoda_capacity::arrival;
 pub mod chart;
 pub mod client;
 pub mod dataset;
@@ -18,6 +19,9 @@ pub mod metrics;
 pub mod report;
 pub mod runner;
 pub mod speculation;
+pub mod sweep;
+pub mod sweep_chart;
+pub mod sweep_result;
 pub mod tokens;
 mod words;
 pub mod workload;
@@ -72,9 +76,17 @@ pub async fn run_async(args: BenchArgs) -> anyhow::Result<BenchReport> {
         });
     }
     let config = args.to_config(&models).map_err(anyhow::Error::msg)?;
-    let sweep = config.loads.len() > 1;
-    let report = run_bench(config).await?;
+    let sweep = config.loads.len() > 1 || args.sweep;
+    let report = if args.sweep {
+        let start = args.sweep_start().map_err(anyhow::Error::msg)?;
+        sweep::run_sweep(config, start, args.sweep_precision, args.sweep_max_probes).await?
+    } else {
+        run_bench(config).await?
+    };
     println!("{}", report::render(&report));
+    if let Some(s) = &report.sweep {
+        println!("{}", sweep::render(s));
+    }
     if let Some(path) = &args.output {
         report::write_json(&report, path)?;
         eprintln!("wrote {}", path.display());
@@ -85,7 +97,11 @@ pub async fn run_async(args: BenchArgs) -> anyhow::Result<BenchReport> {
             .flatten()
     });
     if let Some(path) = chart_path {
-        let svg = chart::sweep_svg(&report)?;
+        let svg = if report.sweep.is_some() {
+            sweep_chart::sweep_svg(&report)?
+        } else {
+            chart::sweep_svg(&report)?
+        };
         std::fs::write(&path, svg).with_context(|| format!("cannot write {}", path.display()))?;
         eprintln!("wrote {}", path.display());
     }

@@ -8,33 +8,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::client::RequestRecord;
 
-/// Latency targets a request must meet to count toward goodput.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct Slo {
-    /// Maximum time to first token, milliseconds.
-    pub ttft_ms: Option<f64>,
-    /// Maximum time per output token (after the first), milliseconds.
-    pub tpot_ms: Option<f64>,
-}
+pub use pagoda_capacity::Slo;
 
-impl Slo {
-    /// Did this successful request meet every target that is set? A request with one output
-    /// token has no TPOT and passes that target.
-    pub fn is_met_by(&self, record: &RequestRecord) -> bool {
-        if !record.success {
-            return false;
-        }
-        let ttft_ok = match (self.ttft_ms, record.ttft_ms) {
-            (Some(limit), Some(ttft)) => ttft <= limit,
-            (Some(_), None) => false,
-            (None, _) => true,
-        };
-        let tpot_ok = match (self.tpot_ms, record.tpot_ms) {
-            (Some(limit), Some(tpot)) => tpot <= limit,
-            _ => true,
-        };
-        ttft_ok && tpot_ok
-    }
+/// Did this request finish and meet every target of `slo` that is set? A request with one
+/// output token has no TPOT and passes that target.
+pub fn meets_slo(slo: &Slo, record: &RequestRecord) -> bool {
+    record.success && slo.is_met(record.ttft_ms, record.tpot_ms, record.e2e_ms)
 }
 
 /// Mean and percentiles of one latency, milliseconds.
@@ -93,6 +72,12 @@ pub struct Goodput {
     pub good_requests: usize,
     /// `good_requests` per second of the run.
     pub requests_per_s: f64,
+    /// Share of all requests (failed ones included) that met every target.
+    #[serde(default)]
+    pub attainment: f64,
+    /// Whether the point meets the SLO: attainment of at least `pagoda_capacity::ATTAINMENT`.
+    #[serde(default)]
+    pub meets_slo: bool,
 }
 
 /// Summary of one run against one target.
@@ -152,7 +137,7 @@ impl Summary {
         let tpot: Vec<f64> = ok.iter().filter_map(|r| r.tpot_ms).collect();
         let itl: Vec<f64> = ok.iter().flat_map(|r| r.itl_ms.iter().copied()).collect();
         let e2e: Vec<f64> = ok.iter().map(|r| r.e2e_ms).collect();
-        let good = ok.iter().filter(|r| slo.is_met_by(r)).count();
+        let good = ok.iter().filter(|r| meets_slo(&slo, r)).count();
         Self {
             completed: ok.len(),
             failed: records.len() - ok.len(),
@@ -175,6 +160,12 @@ impl Summary {
                 slo,
                 good_requests: good,
                 requests_per_s: per_s(good as f64),
+                attainment: if records.is_empty() {
+                    0.0
+                } else {
+                    good as f64 / records.len() as f64
+                },
+                meets_slo: pagoda_capacity::slo::load_meets(good, records.len()),
             },
             max_in_flight,
         }
@@ -237,6 +228,7 @@ mod tests {
         let slo = Slo {
             ttft_ms: Some(200.0),
             tpot_ms: Some(50.0),
+            e2e_ms: None,
         };
         let s = Summary::from_records(&records, 2.0, slo, 3);
         assert_eq!(s.goodput.good_requests, 2);
@@ -251,7 +243,7 @@ mod tests {
 
         let ttft_only = Slo {
             ttft_ms: Some(150.0),
-            tpot_ms: None,
+            ..Slo::default()
         };
         assert_eq!(
             Summary::from_records(&records, 2.0, ttft_only, 3)
@@ -261,5 +253,17 @@ mod tests {
         );
         let none = Summary::from_records(&records, 2.0, Slo::default(), 3);
         assert_eq!(none.goodput.good_requests, 4);
+        assert!((s.goodput.attainment - 0.4).abs() < 1e-12 && !s.goodput.meets_slo);
+        // An end-to-end target: the records above end at ttft + 9 tpot.
+        let e2e = Slo {
+            e2e_ms: Some(300.0),
+            ..Slo::default()
+        };
+        assert_eq!(
+            Summary::from_records(&records, 2.0, e2e, 3)
+                .goodput
+                .good_requests,
+            2
+        );
     }
 }

@@ -99,21 +99,30 @@ pub fn render_point(point: &PointReport) -> String {
         );
     }
     let slo = &s.goodput.slo;
-    let slo_text = match (slo.ttft_ms, slo.tpot_ms) {
-        (None, None) => "no SLO set".to_owned(),
-        (ttft, tpot) => format!(
-            "TTFT <= {} ms, TPOT <= {} ms",
-            ttft.map_or("-".into(), |v| v.to_string()),
-            tpot.map_or("-".into(), |v| v.to_string())
-        ),
-    };
     line(
         "Goodput (req/s)",
         format!(
-            "{:.3} ({} good; {slo_text})",
-            s.goodput.requests_per_s, s.goodput.good_requests
+            "{:.3} ({} good; {})",
+            s.goodput.requests_per_s,
+            s.goodput.good_requests,
+            slo.describe()
         ),
     );
+    if slo.is_set() {
+        line(
+            "SLO attainment",
+            format!(
+                "{:.1}% ({} the {:.0}% the load needs)",
+                s.goodput.attainment * 100.0,
+                if s.goodput.meets_slo {
+                    "meets"
+                } else {
+                    "misses"
+                },
+                pagoda_capacity::ATTAINMENT * 100.0
+            ),
+        );
+    }
     let _ = writeln!(
         out,
         "{:<10}{:>10}{:>10}{:>10}{:>10}{:>10}",

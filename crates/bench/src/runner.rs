@@ -24,6 +24,7 @@ use crate::metrics::{Slo, Summary};
 use crate::speculation::{self, SpecSummary};
 use crate::tokens::{CountMethod, TokenCounter};
 use crate::workload::{self, WorkItem, WorkloadError, WorkloadSpec};
+use pagoda_capacity::ARRIVAL_SEED_SALT;
 
 /// How load is applied at one point of a run.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -71,7 +72,8 @@ impl Load {
                 ..
             } => {
                 let r = if rate.is_finite() {
-                    format!("rate={rate}/s")
+                    // Bisected rates print without float noise (0.165, not 0.16499999999999998).
+                    format!("rate={}/s", (rate * 1e4).round() / 1e4)
                 } else {
                     "rate=inf".to_owned()
                 };
@@ -107,6 +109,10 @@ pub struct BenchConfig {
     pub sampling: SamplingSettings,
     /// Goodput targets.
     pub slo: Slo,
+    /// Seed of the arrival times when it is not the workload's (`--sweep` keeps one arrival
+    /// pattern, the one `pagoda plan` simulates, while each probe gets fresh prompts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arrival_seed: Option<u64>,
     /// Per-request limit.
     pub timeout: Duration,
     /// With two targets: how many A/B alternations per point, each with fresh prompts.
@@ -184,6 +190,9 @@ pub struct BenchReport {
     pub points: Vec<PointReport>,
     /// With two targets: one per load point.
     pub comparisons: Vec<Comparison>,
+    /// With `--sweep`: the highest rate that met the SLO.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sweep: Option<crate::sweep_result::SweepResult>,
 }
 
 /// Errors that stop a run before any measurement.
@@ -314,6 +323,7 @@ pub async fn run_bench(config: BenchConfig) -> Result<BenchReport, BenchError> {
         prompt_length_method: counter.method,
         points,
         comparisons,
+        sweep: None,
     })
 }
 
@@ -490,7 +500,9 @@ async fn run_point(
         Load::Rate {
             rate, burstiness, ..
         } => {
-            let mut rng = ChaCha8Rng::seed_from_u64(config.workload.seed ^ 0xA221_7A15);
+            let mut rng = ChaCha8Rng::seed_from_u64(
+                config.arrival_seed.unwrap_or(config.workload.seed) ^ ARRIVAL_SEED_SALT,
+            );
             let schedule = Arrival::new(rate, burstiness).schedule(
                 &mut rng,
                 shared.items.len(),

@@ -292,7 +292,9 @@ fn config(urls: &[&str], api: Api, kind: WorkloadKind, loads: Vec<Load>, n: usiz
         slo: Slo {
             ttft_ms: Some(5_000.0),
             tpot_ms: Some(1_000.0),
+            e2e_ms: None,
         },
+        arrival_seed: None,
         timeout: Duration::from_secs(30),
         rounds: 1,
         use_tokenize: true,
@@ -569,5 +571,65 @@ async fn command_line_run_writes_json_and_chart() {
     }
     let svg = std::fs::read_to_string(out.with_extension("svg")).unwrap();
     assert!(svg.contains("TPOT p99") && svg.contains("SLO 1000 ms"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sweep_climbs_while_the_slo_holds_and_writes_the_rate_chart() {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        bench: BenchArgs,
+    }
+    let (url, _) = start(5, None, None).await;
+    let dir = std::env::temp_dir().join(format!("pagoda-bench-sweep-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("sweep.json");
+    let args = |slo: &str| {
+        Cli::try_parse_from([
+            "bench",
+            "--base-url",
+            &url,
+            "--sweep",
+            "--slo",
+            slo,
+            "--request-rate",
+            "20",
+            "--sweep-max-probes",
+            "3",
+            "--num-requests",
+            "6",
+            "--input-len",
+            "10",
+            "--output-len",
+            "4",
+            "--ignore-eos",
+            "--no-progress",
+            "--output",
+            out.to_str().unwrap(),
+        ])
+        .unwrap()
+        .bench
+    };
+    // Tokens every 5 ms: a 50 ms TPOT target holds at every rate, so the ladder doubles.
+    let report = run_async(args("ttft=2s,tpot=50ms")).await.unwrap();
+    let sweep = report.sweep.as_ref().unwrap();
+    let rates: Vec<f64> = sweep.probes.iter().map(|p| p.rate).collect();
+    assert_eq!(rates, [20.0, 40.0, 80.0]);
+    assert_eq!(sweep.max_rate_rps, Some(80.0));
+    assert!(sweep.max_goodput_rps > 0.0);
+    assert_eq!(report.points.len(), 3);
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(written["sweep"]["max_rate_rps"], 80.0);
+    let svg = std::fs::read_to_string(out.with_extension("svg")).unwrap();
+    assert!(svg.contains("TTFT p90") && svg.contains("goodput") && svg.contains("SLO 50 ms"));
+    // A 1 ms target never holds: the search halves down and reports no rate.
+    let report = run_async(args("ttft=2s,tpot=1ms")).await.unwrap();
+    let sweep = report.sweep.as_ref().unwrap();
+    assert_eq!(sweep.max_rate_rps, None);
+    assert_eq!(sweep.lowest_failing_rps, Some(5.0));
+    assert!(sweep.probes.iter().all(|p| !p.meets_slo));
     std::fs::remove_dir_all(&dir).unwrap();
 }

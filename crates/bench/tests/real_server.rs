@@ -72,7 +72,9 @@ async fn a_short_run_against_pagoda_serve() {
         slo: Slo {
             ttft_ms: Some(60_000.0),
             tpot_ms: Some(60_000.0),
+            e2e_ms: None,
         },
+        arrival_seed: None,
         timeout: Duration::from_secs(120),
         rounds: 1,
         use_tokenize: true,

@@ -10,6 +10,8 @@ mod kv_transfer_args;
 mod model_path;
 mod models_cmd;
 mod perplexity;
+mod plan;
+mod profile;
 mod router;
 mod serve;
 mod speculative_args;
@@ -40,6 +42,11 @@ enum Command {
     Generate(generate::GenerateArgs),
     /// Load-test any OpenAI-compatible server (pagoda, llama.cpp, vLLM) and report latencies.
     Bench(pagoda_bench::BenchArgs),
+    /// Size a deployment: max goodput per replica within an SLO, the binding resource, KV
+    /// memory, recommended serve flags and replicas, from this machine's measured step costs.
+    Plan(plan::PlanArgs),
+    /// Time this machine's forward passes for a model and write the cost profile `plan` reads.
+    Profile(profile::ProfileArgs),
     /// Serve the model over an OpenAI-compatible HTTP API.
     Serve(serve::ServeArgs),
     /// Route OpenAI requests over several `pagoda serve` replicas (round robin, least load, or
@@ -65,7 +72,17 @@ fn main() {
     // served) show by default, the rest only on warnings.
     let generating = matches!(
         std::env::args().nth(1).as_deref(),
-        Some("generate" | "chat" | "perplexity" | "embed" | "pull" | "list" | "rm")
+        Some(
+            "generate"
+                | "chat"
+                | "perplexity"
+                | "embed"
+                | "pull"
+                | "list"
+                | "rm"
+                | "plan"
+                | "profile"
+        )
     );
     let default_filter = if generating {
         "warn"
@@ -107,6 +124,8 @@ fn main() {
         Command::Serve(args) => serve::run(args),
         Command::Router(args) => router::run(args),
         Command::Bench(args) => pagoda_bench::run(args),
+        Command::Plan(args) => plan::run(args),
+        Command::Profile(args) => profile::run(args),
         Command::Chat(args) => chat::run(args),
         Command::Perplexity(args) => perplexity::run(args),
         Command::Embed(args) => embed::run(args),

@@ -9,4 +9,5 @@ mod embed_cli;
 mod kv_disk_restart;
 mod models_cli;
 mod perplexity;
+mod plan_cli;
 mod serve_logs;

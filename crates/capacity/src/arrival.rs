@@ -78,7 +78,7 @@ fn sample_exponential(rng: &mut ChaCha8Rng) -> f64 {
 }
 
 /// N(0, 1) by Box–Muller.
-pub(crate) fn sample_standard_normal(rng: &mut ChaCha8Rng) -> f64 {
+pub fn sample_standard_normal(rng: &mut ChaCha8Rng) -> f64 {
     let u1 = open_unit(rng);
     let u2 = rng.random::<f64>();
     (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()

@@ -1,0 +1,125 @@
+//! `pagoda plan` on a saved cost profile (no model): the JSON fields scripts rely on, the
+//! unattainable-SLO error naming the binding resource, a bad profile named in one line.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn pagoda(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pagoda"))
+        .args(args)
+        .output()
+        .expect("run pagoda")
+}
+
+/// A profile whose every step takes 10 ms (weights streaming, nothing else).
+fn flat_profile(dir: &std::path::Path) -> PathBuf {
+    let decode: Vec<serde_json::Value> = [1, 64]
+        .iter()
+        .flat_map(|&seqs| {
+            [128, 1024]
+                .map(|context| serde_json::json!({"seqs": seqs, "context": context, "secs": 0.01}))
+        })
+        .collect();
+    let profile = serde_json::json!({
+        "version": 1,
+        "machine": {"cpu": "test", "threads": 2, "simd": "Scalar", "load_average": null},
+        "model": {"name": "flat", "file_bytes": 0, "n_layers": 24, "context_length": 32768},
+        "kv_cache_dtype": "f16",
+        "kv_bytes_per_token": {"f32": 24576, "f16": 12288, "int8": 6528},
+        "kv_budget_bytes": 1u64 << 30,
+        "block_size": 16,
+        "prefill": [{"tokens": 64, "context": 0, "secs": 0.01}, {"tokens": 4096, "context": 0, "secs": 0.01}],
+        "decode": decode,
+        "sample_secs_per_seq": 0.0,
+        "step_overhead_secs": 0.0
+    });
+    let path = dir.join("flat.json");
+    std::fs::write(&path, profile.to_string()).expect("write profile");
+    path
+}
+
+fn tempdir() -> PathBuf {
+    let d = std::env::temp_dir().join(format!("pagoda-plan-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&d).expect("temp dir");
+    d
+}
+
+#[test]
+fn plan_json_has_the_fields_scripts_use_and_errors_name_the_resource() {
+    let dir = tempdir();
+    let profile = flat_profile(&dir);
+    let p = profile.to_str().expect("path");
+    let common = [
+        "plan",
+        "--profile",
+        p,
+        "--prompt-tokens",
+        "64",
+        "--output-tokens",
+        "16",
+    ];
+    let out = pagoda(
+        &[
+            &common[..],
+            &[
+                "--slo",
+                "ttft=2s,tpot=120ms",
+                "--json",
+                "--target-rps",
+                "50",
+            ],
+        ]
+        .concat(),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert!(v["max_goodput_rps"].as_f64().expect("max_goodput_rps") > 0.0);
+    assert!(v["binding_resource"].is_string());
+    assert!(v["kv_bytes_needed"].as_u64().expect("kv_bytes_needed") > 0);
+    let flags: Vec<&str> = v["recommended_flags"]
+        .as_array()
+        .expect("recommended_flags")
+        .iter()
+        .filter_map(|f| f.as_str())
+        .collect();
+    assert!(flags.contains(&"--max-num-seqs"), "{flags:?}");
+    assert!(
+        v["plan"]["replicas"]["colocated"]
+            .as_u64()
+            .expect("replicas")
+            >= 1
+    );
+
+    // Every step takes 10 ms: no batch decodes within 5 ms a token.
+    let out = pagoda(&[&common[..], &["--slo", "ttft=2s,tpot=5ms"]].concat());
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("memory_bandwidth binds") && err.lines().count() == 1,
+        "{err}"
+    );
+
+    let bad = dir.join("bad.json");
+    std::fs::write(&bad, "{}").expect("write");
+    let out = pagoda(&[
+        "plan",
+        "--profile",
+        bad.to_str().expect("path"),
+        "--prompt-tokens",
+        "8",
+        "--output-tokens",
+        "8",
+        "--slo",
+        "ttft=1s",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("bad.json") && err.lines().count() == 1,
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
