@@ -104,8 +104,8 @@ async fn settles(c: &reqwest::Client, url: &str, name: &str, want: f64) {
     }
 }
 
-/// Relays connections to `to`, cutting each off after `limit` bytes: a transfer that dies
-/// mid-way.
+/// Relays connections to `to`, cutting each off after `limit` bytes from the sender: a
+/// transfer that dies mid-way (past the handshake, whose answers are relayed back).
 fn cutting_relay(to: String, limit: usize) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap().to_string();
@@ -115,16 +115,29 @@ fn cutting_relay(to: String, limit: usize) -> String {
             let Ok(mut out) = TcpStream::connect(&to) else {
                 continue;
             };
-            let mut buf = vec![0u8; limit];
+            let (Ok(mut back_from), Ok(mut back_to)) = (out.try_clone(), from.try_clone()) else {
+                continue;
+            };
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut back_from, &mut back_to);
+            });
+            let mut buf = vec![0u8; 16 << 10];
             let mut n = 0;
             while n < limit {
-                match from.read(&mut buf[n..]) {
+                let want = (limit - n).min(buf.len());
+                match from.read(&mut buf[..want]) {
                     Ok(0) | Err(_) => break,
-                    Ok(k) => n += k,
+                    Ok(k) => {
+                        if out.write_all(&buf[..k]).is_err() {
+                            break;
+                        }
+                        n += k;
+                    }
                 }
             }
-            let _ = out.write_all(&buf[..n]);
-            // Both ends dropped here: the decode side sees the stream end inside a frame.
+            // Both directions closed: the decode side sees the stream end inside a frame.
+            let _ = out.shutdown(std::net::Shutdown::Both);
+            let _ = from.shutdown(std::net::Shutdown::Both);
         }
     });
     addr
