@@ -2,6 +2,7 @@
 //! line per target, each point labelled with the load and its goodput, SLO limits as red lines.
 //! SVG only: plotters' SVG backend needs no font files.
 
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 use crate::runner::{BenchReport, PointReport};
@@ -20,6 +21,24 @@ impl ChartError {
 
 fn err<E: std::fmt::Display>(e: E) -> ChartError {
     ChartError::new(e)
+}
+
+/// An SLO limit (in ms) as a red line across a chart, named in its legend; both charts draw
+/// their limits through here.
+pub(crate) fn slo_line<DB: DrawingBackend>(
+    chart: &mut ChartContext<'_, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
+    limit: f64,
+    x_max: f64,
+) -> Result<(), ChartError> {
+    chart
+        .draw_series(LineSeries::new(
+            [(0.0, limit), (x_max, limit)],
+            RED.stroke_width(1),
+        ))
+        .map_err(err)?
+        .label(format!("SLO {limit} ms"))
+        .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], RED));
+    Ok(())
 }
 
 const COLORS: [RGBColor; 2] = [RGBColor(31, 119, 180), RGBColor(255, 127, 14)];
@@ -91,14 +110,7 @@ where
         .draw()
         .map_err(err)?;
     if let Some(limit) = slo {
-        chart
-            .draw_series(LineSeries::new(
-                [(0.0, limit), (x_max, limit)],
-                RED.stroke_width(1),
-            ))
-            .map_err(err)?
-            .label(format!("SLO {limit} ms"))
-            .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], RED));
+        slo_line(&mut chart, limit, x_max)?;
     }
     for (t, target) in report.settings.targets.iter().enumerate() {
         let color = COLORS[t % COLORS.len()];

@@ -107,14 +107,7 @@ where
         .draw()
         .map_err(err)?;
     if let Some(limit) = slo {
-        chart
-            .draw_series(LineSeries::new(
-                [(0.0, limit), (x_max, limit)],
-                RED.stroke_width(1),
-            ))
-            .map_err(err)?
-            .label(format!("SLO {limit} ms"))
-            .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], RED));
+        crate::chart::slo_line(&mut chart, limit, x_max)?;
     }
     if let Some(b) = best {
         chart
