@@ -20,6 +20,9 @@ use serde::Deserialize;
 
 use crate::scopes::{SCOPE_NAMES, Scopes};
 
+/// The largest keys file read.
+pub const MAX_FILE_BYTES: u64 = 16 << 20;
+
 /// What a tenant may do; `None` is unlimited.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Limits {
@@ -78,10 +81,18 @@ pub struct KeyEntry {
 /// positive limits, and one set of limits per tenant (its keys must agree).
 pub fn read(path: &Path) -> Result<Vec<KeyEntry>, KeysFileError> {
     let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|source| KeysFileError::Read {
+    let io = |source| KeysFileError::Read {
         path: shown.clone(),
         source,
-    })?;
+    };
+    // Checked before reading: a keys file is small (16 MiB holds ~100,000 keys).
+    let len = std::fs::metadata(path).map_err(io)?.len();
+    if len > MAX_FILE_BYTES {
+        return Err(io(std::io::Error::other(format!(
+            "{len} bytes, over the {MAX_FILE_BYTES}-byte limit of a keys file"
+        ))));
+    }
+    let text = std::fs::read_to_string(path).map_err(io)?;
     parse(&text).map_err(|e| match e {
         KeysFileError::Parse { source, .. } => KeysFileError::Parse {
             path: shown,

@@ -11,9 +11,16 @@ pub struct HfTokenizer {
 }
 
 impl HfTokenizer {
+    /// Reads `path`, refusing a file over 256 MiB before reading it (the largest
+    /// tokenizer.json files are about 30 MB; a model directory is untrusted input).
     pub fn from_file(path: &Path) -> Result<Self, TokenizerError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| TokenizerError::Json(format!("{}: {e}", path.display())))?;
+        const MAX_BYTES: u64 = 256 << 20;
+        let bad = |e: String| TokenizerError::Json(format!("{}: {e}", path.display()));
+        let len = std::fs::metadata(path).map_err(|e| bad(e.to_string()))?.len();
+        if len > MAX_BYTES {
+            return Err(bad(format!("{len} bytes, over the {MAX_BYTES}-byte limit")));
+        }
+        let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
         Self::from_json(&text)
     }
 

@@ -62,7 +62,7 @@ impl Checkpoint {
         let config = HfConfig::read(&dir.join("config.json"))?;
         let shard_names: Vec<String> = if dir.join(INDEX).is_file() {
             let path = dir.join(INDEX);
-            let text = read(&path)?;
+            let text = crate::read_text::read_text(&path)?;
             let index: Index = serde_json::from_str(&text).map_err(|e| HfError::BadFile {
                 path: path.clone(),
                 message: e.to_string(),
@@ -133,13 +133,6 @@ impl Checkpoint {
         if !path.is_file() {
             return Ok(None);
         }
-        read(&path).map(Some)
+        crate::read_text::read_text(&path).map(Some)
     }
-}
-
-fn read(path: &Path) -> Result<String, HfError> {
-    std::fs::read_to_string(path).map_err(|source| HfError::Io {
-        path: path.to_owned(),
-        source,
-    })
 }

@@ -104,10 +104,7 @@ fn default_context() -> usize {
 
 impl HfConfig {
     pub fn read(path: &Path) -> Result<Self, HfError> {
-        let text = std::fs::read_to_string(path).map_err(|source| HfError::Io {
-            path: path.to_owned(),
-            source,
-        })?;
+        let text = crate::read_text::read_text(path)?;
         let mut value: serde_json::Value =
             serde_json::from_str(&text).map_err(|e| HfError::Config(e.to_string()))?;
         // Gemma3ForConditionalGeneration: the text model's keys live in text_config.

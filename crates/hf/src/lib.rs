@@ -13,6 +13,7 @@ mod matrix_bytes;
 mod peft;
 mod prompts;
 mod quantization;
+mod read_text;
 mod safetensors;
 mod sentence_transformers;
 mod tensor_names;

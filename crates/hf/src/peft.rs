@@ -60,10 +60,7 @@ pub fn is_peft_dir(dir: &Path) -> bool {
 /// Reads the PEFT adapter in `dir` for `base` as a GGUF adapter file.
 pub fn convert_lora(dir: &Path, base: LoraBase<'_>) -> Result<GgufFile, HfError> {
     let config_path = dir.join("adapter_config.json");
-    let text = std::fs::read_to_string(&config_path).map_err(|source| HfError::Io {
-        path: config_path.clone(),
-        source,
-    })?;
+    let text = crate::read_text::read_text(&config_path)?;
     let bad = |message: String| HfError::BadFile {
         path: config_path.clone(),
         message,

@@ -26,10 +26,7 @@ pub fn read_prompts(dir: &Path) -> Result<Prompts, HfError> {
         path: path.clone(),
         message,
     };
-    let text = std::fs::read_to_string(&path).map_err(|source| HfError::Io {
-        path: path.clone(),
-        source,
-    })?;
+    let text = crate::read_text::read_text(&path)?;
     let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
     let mut out = Prompts::default();
     match &v["prompts"] {

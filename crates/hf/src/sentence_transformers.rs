@@ -53,10 +53,7 @@ fn yes() -> bool {
 }
 
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, HfError> {
-    let text = std::fs::read_to_string(path).map_err(|source| HfError::Io {
-        path: path.to_owned(),
-        source,
-    })?;
+    let text = crate::read_text::read_text(path)?;
     serde_json::from_str(&text).map_err(|e| HfError::BadFile {
         path: path.to_owned(),
         message: e.to_string(),

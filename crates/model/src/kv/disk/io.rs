@@ -122,10 +122,26 @@ fn read_one(shared: &Shared, key: &BlockHash) -> Option<Vec<u8>> {
             ix.remove(key);
         }
     };
+    // A block file has one size: anything else (a file grown by whoever shares the
+    // directory, or cut short) is deleted unread rather than read whole.
+    let want = format::file_len(shared.payload_len);
+    match fs::metadata(&path) {
+        Ok(m) if m.len() == want => {}
+        Ok(m) => {
+            tracing::warn!(file = %path.display(), len = m.len(), want, "KV disk tier: deleting a block file of the wrong size");
+            let _ = fs::remove_file(&path);
+            forget();
+            return None;
+        }
+        Err(_) => {
+            forget(); // evicted (or removed) since it was indexed
+            return None;
+        }
+    }
     let file = match fs::read(&path) {
         Ok(f) => f,
         Err(_) => {
-            forget(); // evicted (or removed) since it was indexed
+            forget();
             return None;
         }
     };
