@@ -17,7 +17,7 @@ use pagoda_testkit::tiny_model::TinyModel;
 
 const TOP_K: usize = 8;
 const TEMPERATURE: f32 = 1.0;
-const SAMPLES: u64 = 3000;
+const SAMPLES: u64 = 2000;
 
 /// The processed distribution of the next token after `context` under `model`: the softmax of
 /// the top-k logits over the temperature, written out independently of the sampler's code.
