@@ -16,7 +16,9 @@ impl HfTokenizer {
     pub fn from_file(path: &Path) -> Result<Self, TokenizerError> {
         const MAX_BYTES: u64 = 256 << 20;
         let bad = |e: String| TokenizerError::Json(format!("{}: {e}", path.display()));
-        let len = std::fs::metadata(path).map_err(|e| bad(e.to_string()))?.len();
+        let len = std::fs::metadata(path)
+            .map_err(|e| bad(e.to_string()))?
+            .len();
         if len > MAX_BYTES {
             return Err(bad(format!("{len} bytes, over the {MAX_BYTES}-byte limit")));
         }

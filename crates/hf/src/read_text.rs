@@ -38,7 +38,8 @@ mod tests {
         assert_eq!(read_text(&f).ok().as_deref(), Some("{}"));
         // A sparse file: its length is over the limit, nothing is written or read.
         let big = std::fs::File::create(&f).unwrap_or_else(|e| panic!("{e}"));
-        big.set_len(MAX_TEXT_BYTES + 1).unwrap_or_else(|e| panic!("{e}"));
+        big.set_len(MAX_TEXT_BYTES + 1)
+            .unwrap_or_else(|e| panic!("{e}"));
         let e = read_text(&f).err().map(|e| e.to_string());
         assert!(e.as_deref().is_some_and(|m| m.contains("limit")), "{e:?}");
         assert!(read_text(&dir.join("missing.json")).is_err());
