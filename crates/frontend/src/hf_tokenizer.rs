@@ -27,9 +27,14 @@ impl HfTokenizer {
     }
 
     pub fn from_json(text: &str) -> Result<Self, TokenizerError> {
-        let mut inner: tokenizers::Tokenizer = text
-            .parse()
-            .map_err(|e| TokenizerError::Json(format!("tokenizer.json: {e}")))?;
+        // The tokenizers crate (0.21) panics instead of erring on some malformed parts (a
+        // `decoder` that is not a JSON value: `expect("Helper")`, found by fuzzing): caught
+        // here, so a bad tokenizer.json is an error naming the file, not a dead loader.
+        let parsed =
+            std::panic::catch_unwind(|| text.parse::<tokenizers::Tokenizer>()).map_err(|_| {
+                TokenizerError::Json("tokenizer.json: malformed (the parser panicked)".into())
+            })?;
+        let mut inner = parsed.map_err(|e| TokenizerError::Json(format!("tokenizer.json: {e}")))?;
         inner
             .with_truncation(None)
             .map_err(|e| TokenizerError::Json(e.to_string()))?;

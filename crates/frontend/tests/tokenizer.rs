@@ -225,3 +225,24 @@ fn decode_stream_finishes_a_character_the_prompt_began() {
     assert_eq!(ds.step(b0), None);
     assert_eq!(ds.step(x), Some("\u{FFFD}x".into()));
 }
+
+/// Inputs the fuzzer (`fuzz/`, target `tokenizer_json`) found to crash the tokenizer.json
+/// reader: each must now be an error, without a panic.
+#[test]
+fn fuzzed_tokenizer_json_regressions_are_errors() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/regressions");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "input") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            assert!(
+                pagoda_frontend::HfTokenizer::from_json(&text).is_err(),
+                "{}",
+                path.display()
+            );
+            seen += 1;
+        }
+    }
+    assert!(seen > 0, "no regression inputs in {}", dir.display());
+}
