@@ -214,6 +214,7 @@ fn every_method_gives_the_tokens_and_logprobs_of_plain_decoding() {
             ),
         ];
         for (name, draft, config) in cases {
+            let auto = matches!(config.num_speculative_tokens, NumSpecTokens::Auto { .. });
             let (got, counters, preemptions) = run(&t, draft, &setup(Some(config), kv));
             if kv < 1 << 20 {
                 // The small pool must really preempt, or this case tests nothing extra.
@@ -233,6 +234,12 @@ fn every_method_gives_the_tokens_and_logprobs_of_plain_decoding() {
                 assert_eq!(a.3, b.3, "{name}: logprobs of request {}", a.0);
             }
             let c = counters.unwrap();
+            // `auto` may rightly propose nothing: when the step-cost curve timed at start-up
+            // says verifying costs more than it saves (a busy machine, here), K is 0. Its
+            // tokens are what this case checks.
+            if auto {
+                continue;
+            }
             assert!(c.num_draft_tokens > 0, "{name}: nothing proposed");
             if name != "draft (unrelated)" {
                 assert!(c.num_accepted_tokens > 0, "{name}: nothing accepted: {c:?}");
