@@ -135,12 +135,5 @@ where
             .draw_series(xy.iter().map(|&p| Circle::new(p, 3, color.filled())))
             .map_err(err)?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(err)?;
-    Ok(())
+    crate::chart::legend(&mut chart)
 }

@@ -233,27 +233,33 @@ fn tiny_models(dir: &Path) -> Vec<PathBuf> {
     paths
 }
 
-#[test]
-fn a_memory_budget_of_two_models_evicts_the_least_recently_used_idle_one() {
-    let dir = std::env::temp_dir().join(format!("pagoda-models-{}", std::process::id()));
-    let paths = tiny_models(&dir);
+/// An engine setup and a memory budget with room for two of the tiny models, not three: each
+/// costs its file + 4 MiB of KV + the scratch allowance.
+fn room_for_two(model: &std::path::Path, room_timeout: Duration) -> (EngineSetup, ServerConfig) {
     let setup = EngineSetup {
         kv_cache_memory: Some(4 << 20),
         max_model_len: Some(256),
         ..EngineSetup::default()
     };
-    // Each costs its file + 4 MiB of KV + the scratch allowance: room for two, not three.
-    let one = std::fs::metadata(&paths[0]).unwrap().len()
+    let one = std::fs::metadata(model).unwrap().len()
         + (4 << 20)
         + pagoda_server::model::memory::SCRATCH_BYTES;
     let config = ServerConfig {
         models: ModelsConfig {
             memory_budget: Some(one * 5 / 2),
-            room_timeout: Duration::from_secs(1),
+            room_timeout,
             ..ModelsConfig::default()
         },
         ..ServerConfig::default()
     };
+    (setup, config)
+}
+
+#[test]
+fn a_memory_budget_of_two_models_evicts_the_least_recently_used_idle_one() {
+    let dir = std::env::temp_dir().join(format!("pagoda-models-{}", std::process::id()));
+    let paths = tiny_models(&dir);
+    let (setup, config) = room_for_two(&paths[0], Duration::from_secs(1));
     let ids = ["a", "b", "c", "broken"];
     let specs = ids
         .iter()
@@ -359,22 +365,7 @@ fn the_lifecycle_routes_need_the_admin_key_when_keys_are_set() {
 fn a_load_with_only_busy_models_in_the_way_waits_then_answers_503() {
     let dir = std::env::temp_dir().join(format!("pagoda-models-busy-{}", std::process::id()));
     let paths = tiny_models(&dir);
-    let setup = EngineSetup {
-        kv_cache_memory: Some(4 << 20),
-        max_model_len: Some(256),
-        ..EngineSetup::default()
-    };
-    let one = std::fs::metadata(&paths[0]).unwrap().len()
-        + (4 << 20)
-        + pagoda_server::model::memory::SCRATCH_BYTES;
-    let config = ServerConfig {
-        models: ModelsConfig {
-            memory_budget: Some(one * 5 / 2),
-            room_timeout: Duration::from_millis(300),
-            ..ModelsConfig::default()
-        },
-        ..ServerConfig::default()
-    };
+    let (setup, config) = room_for_two(&paths[0], Duration::from_millis(300));
     let specs: Vec<ModelSpec> = ["a", "b", "c"]
         .iter()
         .zip(&paths)
