@@ -7,5 +7,5 @@ cd "$(dirname "$0")/../.."
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target}
 # PROFILE=dev reuses the test build (kernels and model are opt-level 3 there too).
 PROFILE=${PROFILE:-release}
-nice -n 10 cargo bench --profile "$PROFILE" -p pagoda-model --bench kv_capacity -- capacity 8192 2048
-nice -n 10 cargo bench --profile "$PROFILE" -p pagoda-model --bench kv_capacity -- decode "${STREAMS:-16}" "${CONTEXT:-2048}" "${GENERATE:-32}"
+nice -n 10 cargo bench --profile "$PROFILE" -p pagoda-benches --bench kv_capacity -- capacity 8192 2048
+nice -n 10 cargo bench --profile "$PROFILE" -p pagoda-benches --bench kv_capacity -- decode "${STREAMS:-16}" "${CONTEXT:-2048}" "${GENERATE:-32}"

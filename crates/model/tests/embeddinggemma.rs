@@ -52,12 +52,14 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
-/// A paragraph of ~550 tokens: past the sliding layers' 256 tokens on each side.
+/// A paragraph of ~320 tokens: past the sliding layers' reach of 257 (its first and last
+/// tokens do not see each other; the unwindowed reference is then 5e-3 away, 5x the bound
+/// below, at a little over half the cost of the ~550 tokens this used to be).
 fn long_text() -> String {
     let part = "The river rose through the night, and by morning the old stone bridge stood \
                 alone in a wide brown lake. Les habitants regardaient l'eau monter sans rien \
                 dire. Am Nachmittag kamen die ersten Boote. ";
-    (0..12).map(|i| format!("{i}. {part}")).collect()
+    (0..7).map(|i| format!("{i}. {part}")).collect()
 }
 
 #[test]
@@ -71,7 +73,7 @@ fn embeddinggemma_matches_a_numpy_forward_pass() {
     assert_eq!(*ids[0].last().unwrap(), 1, "<eos> last");
     let long = ids.len() - 1;
     assert!(
-        ids[long].len() > 2 * 257,
+        ids[long].len() > 257 + 32,
         "long input of {} tokens",
         ids[long].len()
     );
@@ -105,9 +107,9 @@ fn embeddinggemma_matches_a_numpy_forward_pass() {
     assert!(off > 1e-3, "the sliding window changed nothing ({off})");
 
     // Alone, an input's embedding is bit for bit the one it got packed with inputs of other
-    // lengths (a short sentence, a
-    // Japanese one and the long input: running all thirteen alone again doubled the test's time).
-    for i in [0, 6, long] {
+    // lengths (a short sentence and a Japanese one; the long input alone cost a fifth of the
+    // test; packing is one code path for every encoder, and MiniLM's test checks it too).
+    for i in [0, 6] {
         let got = &batch[i];
         let alone = exact.embed(&[seqs[i]], &mut scratch).unwrap();
         assert!(alone[0] == *got, "input {i}: f32 batch vs alone differ");

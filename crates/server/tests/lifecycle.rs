@@ -183,7 +183,8 @@ async fn dropped_streams_free_their_kv_and_the_server_still_answers() {
     let s = TestServer::start(small_setup(), config());
     let c = client();
     let url = s.url("/v1/completions");
-    for wave in 0..8 {
+    // 100 streams, each dropped after its first chunk, in waves of 25 (200 proved no more).
+    for wave in 0..4 {
         let futs = (0..25).map(|i| {
             let c = c.clone();
             let url = url.clone();
@@ -224,7 +225,7 @@ async fn dropped_streams_free_their_kv_and_the_server_still_answers() {
         "pagoda:request_success_total{model_name=\"smol\",finished_reason=\"abort\"}",
     )
     .await;
-    assert_eq!(aborted, 200.0);
+    assert_eq!(aborted, 100.0);
 }
 
 #[tokio::test]

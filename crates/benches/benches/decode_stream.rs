@@ -5,7 +5,7 @@
 //! (`pagoda_kernels::bandwidth`), so the stream rate is set against the read bandwidth of the
 //! same moment. Not criterion: a step is milliseconds and the figure wanted is the ratio.
 //!
-//! `cargo bench -p pagoda-kernels --bench decode_stream -- [smollm2|gemma3] [STEPS]`;
+//! `cargo bench -p pagoda-benches --bench decode_stream -- [smollm2|gemma3] [STEPS]`;
 //! `PAGODA_THREADS=n` sizes the pool (default 2).
 
 use pagoda_kernels::bandwidth::ReadProbe;

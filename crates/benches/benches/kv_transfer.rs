@@ -3,7 +3,7 @@
 //! sender thread ships one prompt's blocks to a decode replica's store and the clock stops
 //! when the whole transfer has arrived and been checked.
 //!
-//! `cargo bench -p pagoda-model --bench kv_transfer`: 64 blocks of 360 KiB (SmolLM2's f16
+//! `cargo bench -p pagoda-benches --bench kv_transfer`: 64 blocks of 360 KiB (SmolLM2's f16
 //! block, 23 MiB) per transfer; criterion's throughput is bytes of payload per second.
 #![allow(clippy::unwrap_used)]
 

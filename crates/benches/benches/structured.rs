@@ -1,7 +1,7 @@
 //! Throughput of 16 JSON-schema-constrained requests against the same 16 requests without a
 //! constraint, each made to generate exactly as many tokens as its constrained twin (so both
 //! runs have the same batch shape step by step). Printed as a table, not criterion: each figure
-//! is one long run. `cargo bench -p pagoda-model --bench structured [-- MODEL_FILE]`
+//! is one long run. `cargo bench -p pagoda-benches --bench structured [-- MODEL_FILE]`
 #![allow(clippy::unwrap_used)]
 
 use std::path::PathBuf;

@@ -2,7 +2,7 @@
 //! token and each `compute_mask` is timed (median, p99, max), for SmolLM2's 49k and Qwen's
 //! 152k vocabularies; also compile time (cold) and a cache hit. Percentiles need every sample,
 //! so this is a plain timing binary rather than criterion.
-//! Run: `cargo bench -p pagoda-structured --bench mask`
+//! Run: `cargo bench -p pagoda-benches --bench mask`
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -3,7 +3,7 @@
 //! tokens/s, and when `PAGODA_PERF_CTL` names a `perf record --control fifo:` it enables the
 //! recording only after every prompt has been prefilled, so the profile holds decode steps alone.
 //!
-//! `cargo bench -p pagoda-model --bench decode_profile -- [BATCH] [MODEL_FILE]` (default 1,
+//! `cargo bench -p pagoda-benches --bench decode_profile -- [BATCH] [MODEL_FILE]` (default 1,
 //! SmolLM2). Prompts are 96 tokens (`PAGODA_PROMPT_LEN`) and 64 are generated: the context runs
 //! 96..160, ~128 on average. `PAGODA_KV_CACHE_DTYPE` (f16, f32 or int8) picks the KV type.
 //!

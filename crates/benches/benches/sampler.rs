@@ -2,7 +2,7 @@
 //! and Gemma 3 (262,144), for greedy, plain temperature, top-k, top-p, min-p and logprobs.
 //! The logits are synthetic but shaped like a language model's: a normal bulk and a few clear
 //! favourites holding most of the mass; `*_flat` cases use a wider bulk holding most of it
-//! (a high-entropy step, top-p's worst case). `cargo bench -p pagoda-model --bench sampler`
+//! (a high-entropy step, top-p's worst case). `cargo bench -p pagoda-benches --bench sampler`
 #![allow(clippy::unwrap_used)]
 
 use std::hint::black_box;

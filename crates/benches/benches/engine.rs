@@ -1,5 +1,5 @@
 //! Engine-level figures of the engine-core issue, printed as a table (not criterion: each figure
-//! is one long run). `cargo bench -p pagoda-model --bench engine [-- MODEL_FILE]`
+//! is one long run). `cargo bench -p pagoda-benches --bench engine [-- MODEL_FILE]`
 //!
 //! 1. 64 requests of 128 prompt tokens and 128 generated (ignore_eos) as one continuous batch,
 //!    against the same requests one after another (max_num_seqs = 1): aggregate tokens/s.

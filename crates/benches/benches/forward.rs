@@ -1,6 +1,6 @@
 //! Forward-pass throughput on the real models: prompt processing of 512 tokens and decoding one
 //! token at a context of 128. The kernels' thread pool is sized once per process, so run the
-//! bench once per thread count: `PAGODA_THREADS=1 cargo bench -p pagoda-model` (default 2).
+//! bench once per thread count: `PAGODA_THREADS=1 cargo bench -p pagoda-benches --bench forward` (default 2).
 #![allow(clippy::unwrap_used)]
 
 use std::path::PathBuf;

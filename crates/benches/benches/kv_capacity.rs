@@ -1,6 +1,6 @@
 //! KV memory with and without sliding-window freeing (Gemma 3). Not criterion: it prints.
 //!
-//! `cargo bench -p pagoda-model --bench kv_capacity -- capacity [CONTEXT] [BUDGET_MIB]`: sizes
+//! `cargo bench -p pagoda-benches --bench kv_capacity -- capacity [CONTEXT] [BUDGET_MIB]`: sizes
 //! the pool as `pagoda serve` does, then admits CONTEXT-token sequences (default 8192, 2048
 //! MiB) through the real block accounting (`KvCacheManager`, in prefill chunks of 2048 with
 //! the window's blocks given back after each) until the pool is full, and prints how many
