@@ -3,10 +3,6 @@
 
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
+include!("../inputs.rs");
 
-fuzz_target!(|data: &[u8]| {
-    if let Ok(text) = std::str::from_utf8(data) {
-        let _ = pagoda_api_keys::keys_file::parse(text);
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| inputs::keys_file(data));

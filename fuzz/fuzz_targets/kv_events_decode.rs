@@ -3,8 +3,6 @@
 
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
+include!("../inputs.rs");
 
-fuzz_target!(|data: &[u8]| {
-    let _ = pagoda_kv_events::decode_batch(data);
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| inputs::kv_events_decode(data));

@@ -3,15 +3,6 @@
 
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
-use pagoda_model::kv::transfer::{Frame, Seal};
+include!("../inputs.rs");
 
-fuzz_target!(|data: &[u8]| {
-    let mut r = data;
-    // The receiver's bounds: a Begin of at most 64 + 256 bytes, blocks of 32 + 4 KiB here.
-    while let Ok(Some(f)) = Frame::read_from(&mut r, 32 + 4096, &mut Seal::Checksum) {
-        // A frame read back must encode to bytes that read back as the same frame.
-        let again = Frame::read_from(&mut &f.encode(&mut Seal::Checksum)[..], 1 << 20, &mut Seal::Checksum);
-        assert!(matches!(again, Ok(Some(ref g)) if *g == f));
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| inputs::kv_frame(data));

@@ -4,16 +4,6 @@
 
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
-use pagoda_frontend::HfTokenizer;
+include!("../inputs.rs");
 
-fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else {
-        return;
-    };
-    if let Ok(tok) = HfTokenizer::from_json(text) {
-        if let Ok(ids) = tok.encode("The quick brown fox, 123 ünïcode.") {
-            let _ = std::hint::black_box(tok.decode(&ids));
-        }
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| inputs::tokenizer_json(data));

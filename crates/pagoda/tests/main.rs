@@ -6,6 +6,7 @@ mod chat;
 mod cli;
 mod deploy_manifests;
 mod embed_cli;
+mod fuzz_corpus;
 mod kv_disk_restart;
 mod models_cli;
 mod perplexity;
