@@ -193,15 +193,14 @@ pub fn build_engine_with_draft(
     let eog_ids = config.eog_token_ids.clone();
     let vocab = config.vocab_size;
     let mut exec = if ranks > 1 {
-        let exec = CpuExecutor::tensor_parallel(
+        log_rank_layout(&model, ranks);
+        CpuExecutor::tensor_parallel(
             model,
             &setup.tensor_parallel,
             plan,
             cache.num_blocks,
             cache.block_size,
-        )?;
-        log_rank_layout(&exec, ranks);
-        exec
+        )?
     } else {
         CpuExecutor::with_plan(model, plan, cache.num_blocks, cache.block_size)?
     };
@@ -293,28 +292,29 @@ fn check_tensor_parallel(
     }
 }
 
-/// The start-up log line per rank: what part of the model it holds.
-fn log_rank_layout(exec: &CpuExecutor, ranks: usize) {
-    let s = exec.model.shard();
-    let cpus = tp::affinity::allowed_cpus();
+/// The start-up log lines of tensor parallelism: per rank, its CPUs and its part of `model`
+/// (the layout its threads will load; the heads were checked to split).
+fn log_rank_layout(model: &Model, ranks: usize) {
+    let (c, cpus) = (model.config(), tp::affinity::allowed_cpus());
+    let align = tp::ffn_alignment(model.gguf(), c);
     tracing::info!(
         ranks,
         "tensor parallelism: {ranks} ranks as threads, shared-memory all-reduce (rank order), kernels inline on each rank"
     );
-    for (rank, vocab) in s.vocab_parts.iter().enumerate() {
+    for rank in 0..ranks {
+        let Ok(s) = tp::Shard::plan(c, rank, ranks, align) else {
+            continue; // the ranks' loads report it
+        };
         tracing::info!(
             rank,
             cpus = ?tp::affinity::rank_cpus(&cpus, rank, ranks),
-            vocab_rows = ?vocab,
+            heads = ?s.heads,
+            kv_heads = ?s.kv_heads,
+            ffn_columns = ?s.ffn,
+            vocab_rows = ?s.vocab,
             "tensor-parallel rank"
         );
     }
-    tracing::info!(
-        heads = ?s.heads,
-        kv_heads = ?s.kv_heads,
-        ffn = ?s.ffn,
-        "tensor-parallel rank 0's part (rank r holds the r-th such part)"
-    );
 }
 
 /// The byte path of prefill/decode disaggregation for this replica's role.

@@ -7,8 +7,9 @@
 use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::mpsc::{Receiver, Sender, TryRecvError, channel};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use pagoda_gguf::GgufFile;
 use pagoda_kernels::parallel;
@@ -24,6 +25,24 @@ use crate::kv::cache::KvCache;
 use crate::kv::groups::KvGroupPlan;
 use crate::models::{ForwardScratch, Model};
 use crate::runner::batch::ForwardBatch;
+
+/// How long a rank spins for the next message before it blocks: decode steps follow each
+/// other within a millisecond, and a futex wake-up at each step's start would keep every
+/// other rank waiting at the first all-reduce (the kernel pool spins for the same reason).
+const SPIN_TIME: Duration = Duration::from_micros(500);
+
+/// The next message on `rx`, spinning briefly before blocking; `None` once its sender is gone.
+fn receive<T>(rx: &Receiver<T>) -> Option<T> {
+    let start = Instant::now();
+    while start.elapsed() < SPIN_TIME {
+        match rx.try_recv() {
+            Ok(v) => return Some(v),
+            Err(TryRecvError::Empty) => std::hint::spin_loop(),
+            Err(TryRecvError::Disconnected) => return None,
+        }
+    }
+    rx.recv().ok()
+}
 
 /// What rank 0 sends a worker rank.
 enum Job {
@@ -204,10 +223,7 @@ impl RankGroup {
             (0, panic_message(p.as_ref()))
         });
         for w in &self.workers {
-            let got = match w.done.recv() {
-                Ok(r) => r,
-                Err(_) => Err("its thread has ended".to_string()),
-            };
+            let got = receive(&w.done).unwrap_or_else(|| Err("its thread has ended".to_string()));
             if let Err(message) = got {
                 failure.get_or_insert((w.rank, message));
             }
@@ -259,7 +275,7 @@ fn serve(
 ) {
     let mut scratch = ForwardScratch::default();
     let mut poisoned = false;
-    while let Ok(job) = jobs.recv() {
+    while let Some(job) = receive(jobs) {
         let batch = match job {
             Job::Step(b) => b,
             Job::Poison => {
