@@ -55,32 +55,39 @@ impl TpRank {
 
     /// `x` summed over the ranks.
     pub fn all_reduce(&self, x: &mut [f32]) {
-        let start = Instant::now();
-        if let Err(e) = self.comm.all_reduce_sum(self.rank, x) {
-            std::panic::panic_any(CollectivePanic(e));
-        }
+        let c = &self.counters;
+        let bytes = std::mem::size_of_val(x);
+        self.timed((&c.all_reduce_nanos, &c.all_reduce_bytes), bytes, || {
+            self.comm.all_reduce_sum(self.rank, x)
+        });
         if self.rank == 0 {
-            let c = &self.counters;
-            c.all_reduce_nanos
-                .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
-            c.all_reduce_bytes
-                .fetch_add(std::mem::size_of_val(x) as u64, Ordering::Relaxed);
             c.all_reduces.fetch_add(1, Ordering::Relaxed);
         }
     }
 
     /// `out` = every rank's `part` in rank order.
     pub fn all_gather(&self, part: &[f32], out: &mut [f32]) {
+        let c = &self.counters;
+        let bytes = std::mem::size_of_val(out);
+        self.timed((&c.gather_nanos, &c.gather_bytes), bytes, || {
+            self.comm.all_gather(self.rank, part, out)
+        });
+    }
+
+    /// Runs `op`, unwinding on its error; on rank 0 adds its time and `bytes` to the counters.
+    fn timed(
+        &self,
+        (nanos, total): (&AtomicU64, &AtomicU64),
+        bytes: usize,
+        op: impl FnOnce() -> Result<(), CollectiveError>,
+    ) {
         let start = Instant::now();
-        if let Err(e) = self.comm.all_gather(self.rank, part, out) {
+        if let Err(e) = op() {
             std::panic::panic_any(CollectivePanic(e));
         }
         if self.rank == 0 {
-            let c = &self.counters;
-            c.gather_nanos
-                .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
-            c.gather_bytes
-                .fetch_add(std::mem::size_of_val(out) as u64, Ordering::Relaxed);
+            nanos.fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            total.fetch_add(bytes as u64, Ordering::Relaxed);
         }
     }
 
