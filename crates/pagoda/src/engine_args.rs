@@ -129,7 +129,7 @@ impl EngineArgs {
             // compete with the ranks for their cores.
             (_, None | Some(1)) => set_threads(Some(1))?,
             (n, Some(t)) => bail!(
-                "--tensor-parallel-size {n} runs one thread per rank: --threads {t} is not                  supported with it yet (leave it out)"
+                "--tensor-parallel-size {n} runs one thread per rank: --threads {t} is not supported with it yet (leave it out)"
             ),
         }
         let kv_cache_memory = match &self.kv_cache_memory {
