@@ -342,3 +342,28 @@ impl<'a, T> SharedMut<'a, T> {
         unsafe { std::slice::from_raw_parts_mut(self.ptr.add(start), len) }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inline_runs_every_task_on_the_calling_thread() {
+        let me = std::thread::current().id();
+        let others = AtomicUsize::new(0);
+        let ran = AtomicUsize::new(0);
+        inline(|| {
+            assert_eq!(num_threads(), 1);
+            run(64, &|_| {
+                ran.fetch_add(1, Ordering::Relaxed);
+                if std::thread::current().id() != me {
+                    others.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        });
+        assert_eq!(ran.load(Ordering::Relaxed), 64);
+        assert_eq!(others.load(Ordering::Relaxed), 0);
+        // Left again on the way out, so the thread's later kernels use the pool.
+        assert!(!INLINE.with(Cell::get));
+    }
+}
