@@ -38,6 +38,22 @@ static POOL: OnceLock<Pool> = OnceLock::new();
 thread_local! {
     /// True on pool workers, and on a caller while it runs tasks: a nested `run` goes inline.
     static IN_TASK: Cell<bool> = const { Cell::new(false) };
+    /// True on a thread inside [`inline`]: it runs every kernel alone, as a pool of one.
+    static INLINE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f` with every kernel it calls on this thread alone (a pool of one, the global pool
+/// untouched). A tensor-parallel rank is such a thread: ranks run side by side, each on its
+/// own core, so sharing the one pool would serialise them.
+pub fn inline<R>(f: impl FnOnce() -> R) -> R {
+    struct Reset(bool);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            INLINE.with(|c| c.set(self.0));
+        }
+    }
+    let _reset = Reset(INLINE.with(|c| c.replace(true)));
+    f()
 }
 
 /// Sets the total number of threads (caller included) kernels use. Call once at start-up,
@@ -48,6 +64,9 @@ pub fn set_num_threads(n: usize) {
 
 /// The number of threads (caller included) a `run` spreads over.
 pub fn num_threads() -> usize {
+    if INLINE.with(Cell::get) {
+        return 1;
+    }
     match POOL.get() {
         Some(pool) => pool.threads,
         None => configured_threads(),
@@ -68,7 +87,7 @@ pub fn run(n_tasks: usize, f: &(dyn Fn(usize) + Sync)) {
     if n_tasks == 0 {
         return;
     }
-    if n_tasks == 1 || IN_TASK.with(Cell::get) {
+    if n_tasks == 1 || IN_TASK.with(Cell::get) || INLINE.with(Cell::get) {
         (0..n_tasks).for_each(f);
         return;
     }
@@ -321,5 +340,30 @@ impl<'a, T> SharedMut<'a, T> {
         );
         // SAFETY: in bounds (checked above); exclusivity is the caller's contract.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.add(start), len) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inline_runs_every_task_on_the_calling_thread() {
+        let me = std::thread::current().id();
+        let others = AtomicUsize::new(0);
+        let ran = AtomicUsize::new(0);
+        inline(|| {
+            assert_eq!(num_threads(), 1);
+            run(64, &|_| {
+                ran.fetch_add(1, Ordering::Relaxed);
+                if std::thread::current().id() != me {
+                    others.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        });
+        assert_eq!(ran.load(Ordering::Relaxed), 64);
+        assert_eq!(others.load(Ordering::Relaxed), 0);
+        // Left again on the way out, so the thread's later kernels use the pool.
+        assert!(!INLINE.with(Cell::get));
     }
 }

@@ -45,6 +45,9 @@ pub enum ModelError {
     /// The KV arena cannot hold the request.
     #[error("KV arena too small: need {needed} blocks, have {available}")]
     KvCacheFull { needed: usize, available: usize },
+    /// Tensor parallelism cannot split this model as asked, or a rank failed.
+    #[error("tensor parallelism: {0}")]
+    TensorParallel(#[from] crate::tensor_parallel::error::TpError),
     /// A generation request is malformed (empty prompt, bad sampling parameters...).
     #[error("invalid request: {0}")]
     InvalidRequest(String),

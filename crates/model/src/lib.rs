@@ -14,6 +14,7 @@ pub mod models;
 pub mod pack_cache;
 pub mod runner;
 pub mod sampler;
+pub mod tensor_parallel;
 pub mod weights;
 
 pub use config::{Architecture, KvCacheDtype, ModelConfig};
@@ -33,3 +34,4 @@ pub use runner::engine_setup::{EngineSetup, KvReport, build_engine, build_engine
 pub use runner::executor::CpuExecutor;
 pub use runner::model_runner::ModelRunner;
 pub use sampler::{PositionLogprobs, Sampled, Sampler, TokenLogprob, prompt_logprobs};
+pub use tensor_parallel::{TensorParallelConfig, TpCounters, TpError};

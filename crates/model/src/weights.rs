@@ -6,6 +6,7 @@
 //! interleaved layout ([`PackedMatrix`]) when their type has packed kernels on this CPU, or
 //! mapped from the load's pack cache file when it holds them.
 
+use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 
 use pagoda_gguf::GgufFile;
@@ -17,6 +18,7 @@ use pagoda_kernels::quant::{self, GgmlType};
 
 use crate::ModelError;
 use crate::pack_cache::{PackCacheStatus, PackSession};
+use crate::tensor_parallel::error::TpError;
 
 /// Types the matmul and dequantize kernels accept for weight matrices.
 fn is_weight_type(ty: GgmlType) -> bool {
@@ -71,6 +73,14 @@ enum Storage {
     /// copies its parts.
     Gathered {
         parts: Arc<[Matrix]>,
+        copy: Arc<OnceLock<Box<[u8]>>>,
+    },
+    /// Rows and columns of another matrix (a tensor-parallel rank's part), copied out the
+    /// first time it is read as a whole; its packer takes a transient copy, as for `Gathered`.
+    Slice {
+        of: Arc<Matrix>,
+        rows: Range<usize>,
+        cols: Range<usize>,
         copy: Arc<OnceLock<Box<[u8]>>>,
     },
 }
@@ -131,6 +141,72 @@ impl Weights {
 
     pub fn file(&self) -> &GgufFile {
         &self.file
+    }
+
+    /// The shared handle of the file (tensor-parallel ranks load their parts from it).
+    pub(crate) fn file_arc(&self) -> Arc<GgufFile> {
+        Arc::clone(&self.file)
+    }
+
+    /// Rows `rows` and input columns `cols` of `l` (its bias sliced alike): a
+    /// tensor-parallel rank's part. `l` itself when the ranges are whole. Columns must fall
+    /// on the type's block boundaries.
+    pub(crate) fn slice(
+        &self,
+        l: Linear,
+        rows: Range<usize>,
+        cols: Range<usize>,
+    ) -> Result<Linear, TpError> {
+        let m = &l.weight;
+        if rows == (0..m.rows) && cols == (0..m.cols) {
+            return Ok(l);
+        }
+        let block = m.ty.block_size();
+        if let Some(&at) = [cols.start, cols.end]
+            .iter()
+            .find(|&&c| !c.is_multiple_of(block))
+        {
+            return Err(TpError::NotBlockAligned {
+                tensor: m.name.clone(),
+                ty: m.ty.name().to_string(),
+                at,
+                block,
+            });
+        }
+        let bias = l.bias.as_ref().map(|b| b[rows.clone()].to_vec());
+        let weight = Matrix {
+            name: format!(
+                "{}[{}..{},{}..{}]",
+                m.name, rows.start, rows.end, cols.start, cols.end
+            ),
+            ty: m.ty,
+            rows: rows.len(),
+            cols: cols.len(),
+            storage: Storage::Slice {
+                of: Arc::new(l.weight),
+                rows,
+                cols,
+                copy: Arc::default(),
+            },
+            packed: None,
+            panels: None,
+        };
+        Ok(Linear { weight, bias })
+    }
+
+    /// The bytes of rows `rows`, columns `cols` of `of` (block-aligned, checked by `slice`).
+    fn slice_bytes(&self, of: &Matrix, rows: &Range<usize>, cols: &Range<usize>) -> Box<[u8]> {
+        // `row_bytes` succeeded when the matrix was checked, and `slice` checked alignment.
+        let rb = of.ty.row_bytes(of.cols).unwrap_or(0);
+        let skip = of.ty.row_bytes(cols.start).unwrap_or(0);
+        let len = of.ty.row_bytes(cols.len()).unwrap_or(0);
+        self.with_bytes(of, |b| {
+            let mut out = Vec::with_capacity(rows.len() * len);
+            for r in rows.clone() {
+                out.extend_from_slice(&b[r * rb + skip..][..len]);
+            }
+            out.into_boxed_slice()
+        })
     }
 
     /// True when the file has a tensor of this name.
@@ -332,15 +408,23 @@ impl Weights {
     fn with_bytes<R>(&self, m: &Matrix, f: impl FnOnce(&[u8]) -> R) -> R {
         match &m.storage {
             Storage::Gathered { parts, copy } if copy.get().is_none() => f(&self.gather(parts)),
+            Storage::Slice {
+                of,
+                rows,
+                cols,
+                copy,
+            } if copy.get().is_none() => f(&self.slice_bytes(of, rows, cols)),
             _ => f(self.bytes(m)),
         }
     }
 
     /// The bytes of `parts`, one after the other.
     fn gather(&self, parts: &[Matrix]) -> Box<[u8]> {
-        let mut out = Vec::with_capacity(parts.iter().map(|p| self.bytes(p).len()).sum());
+        let len = |p: &Matrix| p.ty.row_bytes(p.cols).unwrap_or(0) * p.rows;
+        let mut out = Vec::with_capacity(parts.iter().map(len).sum());
         for p in parts {
-            out.extend_from_slice(self.bytes(p));
+            // A sliced part is copied for this gather only.
+            self.with_bytes(p, |b| out.extend_from_slice(b));
         }
         out.into_boxed_slice()
     }
@@ -361,6 +445,12 @@ impl Weights {
                 unsafe { std::slice::from_raw_parts(start, *len) }
             }
             Storage::Gathered { parts, copy } => copy.get_or_init(|| self.gather(parts)),
+            Storage::Slice {
+                of,
+                rows,
+                cols,
+                copy,
+            } => copy.get_or_init(|| self.slice_bytes(of, rows, cols)),
         }
     }
 

@@ -25,4 +25,5 @@ mod speculative;
 mod speculative_real;
 mod speculative_sampled;
 mod structured;
+mod tensor_parallel;
 mod weight_types;

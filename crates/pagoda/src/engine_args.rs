@@ -92,6 +92,11 @@ pub struct EngineArgs {
     /// Compute threads [default: all cores].
     #[arg(long, env = "PAGODA_THREADS")]
     pub threads: Option<usize>,
+    /// Ranks the model is split over (tensor parallelism, vLLM's flag): each rank a thread
+    /// pinned to its share of the cores, holding its heads, FFN columns, vocabulary rows and
+    /// KV heads, running its kernels on its own thread; two all-reduces per layer.
+    #[arg(long, env = "PAGODA_TENSOR_PARALLEL_SIZE", default_value_t = 1)]
+    pub tensor_parallel_size: usize,
     /// The sampling a request gets for the fields it does not set (vLLM's flag): `auto` takes
     /// the model's recommendation (a checkpoint directory's generation_config.json, the GGUF's
     /// general.sampling.* keys, else the catalog's entry for the file), `none` the built-in
@@ -117,7 +122,16 @@ impl EngineArgs {
 
     /// Checks the flags and turns them into an engine setup; sets the thread count.
     pub fn resolve(&self) -> anyhow::Result<EngineSetup> {
-        set_threads(self.threads)?;
+        match (self.tensor_parallel_size, self.threads) {
+            (0, _) => bail!("--tensor-parallel-size must be at least 1"),
+            (1, threads) => set_threads(threads)?,
+            // Each rank runs its kernels on its own thread; the shared pool would only
+            // compete with the ranks for their cores.
+            (_, None | Some(1)) => set_threads(Some(1))?,
+            (n, Some(t)) => bail!(
+                "--tensor-parallel-size {n} runs one thread per rank: --threads {t} is not supported with it yet (leave it out)"
+            ),
+        }
         let kv_cache_memory = match &self.kv_cache_memory {
             Some(s) => Some(parse_size(s).context("--kv-cache-memory")?),
             None => None,
@@ -159,6 +173,7 @@ impl EngineArgs {
             sliding_window_freeing: !self.disable_sliding_window_freeing,
             kv_disk: None,     // `pagoda serve --kv-disk-dir` sets it
             kv_transfer: None, // `pagoda serve --kv-role` sets it
+            tensor_parallel: pagoda_model::TensorParallelConfig::new(self.tensor_parallel_size),
         })
     }
 }

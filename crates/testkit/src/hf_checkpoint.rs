@@ -26,7 +26,9 @@ fn hf_name(arch: TinyArch, gguf: &str) -> String {
     let (module, suffix) = rest.rsplit_once('.').unwrap_or((rest, "weight"));
     let hf = match (module, arch) {
         ("attn_norm", _) => "input_layernorm",
-        ("ffn_norm", TinyArch::Llama | TinyArch::Qwen3) => "post_attention_layernorm",
+        ("ffn_norm", TinyArch::Llama | TinyArch::Qwen3 | TinyArch::Qwen2) => {
+            "post_attention_layernorm"
+        }
         ("ffn_norm", TinyArch::Gemma3) => "pre_feedforward_layernorm",
         ("post_attention_norm", _) => "post_attention_layernorm",
         ("post_ffw_norm", _) => "post_feedforward_layernorm",
@@ -151,6 +153,10 @@ pub fn write(spec: &TinyModel, dir: &Path, shards: usize) -> io::Result<()> {
         TinyArch::Llama => json!({
             "architectures": ["LlamaForCausalLM"], "model_type": "llama",
             "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": true,
+        }),
+        TinyArch::Qwen2 => json!({
+            "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2",
+            "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": true,
         }),
         TinyArch::Qwen3 => json!({
             "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",

@@ -15,6 +15,8 @@ pub enum TinyArch {
     Gemma3,
     /// Qwen3: the llama graph with per-head q/k norms.
     Qwen3,
+    /// Qwen2: the llama graph with q/k/v biases (and NEOX RoPE).
+    Qwen2,
 }
 
 /// The shape of a tiny model. K-quant tensors need rows of a multiple of 256, so `d_model` and
@@ -111,6 +113,17 @@ impl TinyModel {
         }
     }
 
+    /// A 2-layer qwen2 (q/k/v biases) with 8 heads of 64 over 2 KV heads.
+    pub fn qwen2() -> Self {
+        Self {
+            arch: TinyArch::Qwen2,
+            d_model: 512,
+            n_heads: 8,
+            seed: 5,
+            ..Self::llama()
+        }
+    }
+
     /// The type of a layer matrix whose role uses `role_type`.
     fn layer_type(&self, role_type: GgmlType) -> GgmlType {
         self.matrix_type.unwrap_or(role_type)
@@ -146,6 +159,7 @@ impl TinyModel {
             TinyArch::Llama => "llama",
             TinyArch::Gemma3 => "gemma3",
             TinyArch::Qwen3 => "qwen3",
+            TinyArch::Qwen2 => "qwen2",
         }
     }
 
@@ -175,6 +189,9 @@ impl TinyModel {
                 .kv(&format!("{a}.attention.layer_norm_rms_epsilon"), 1e-5f32)
                 .kv(&format!("{a}.rope.freq_base"), 10_000.0f32)
                 .kv(&format!("{a}.rope.dimension_count"), self.head_dim as u32),
+            TinyArch::Qwen2 => w
+                .kv(&format!("{a}.attention.layer_norm_rms_epsilon"), 1e-6f32)
+                .kv(&format!("{a}.rope.freq_base"), 1_000_000.0f32),
             TinyArch::Qwen3 => w
                 .kv(&format!("{a}.attention.layer_norm_rms_epsilon"), 1e-6f32)
                 .kv(&format!("{a}.rope.freq_base"), 1_000_000.0f32)
@@ -277,6 +294,11 @@ impl TinyModel {
                 self.layer_type(GgmlType::Q6_K),
                 1.0,
             );
+            if self.arch == TinyArch::Qwen2 {
+                w = bias(w, &mut rng, &format!("{p}.attn_q.bias"), qd);
+                w = bias(w, &mut rng, &format!("{p}.attn_k.bias"), kvd);
+                w = bias(w, &mut rng, &format!("{p}.attn_v.bias"), kvd);
+            }
             if self.arch == TinyArch::Qwen3 {
                 w = norm(w, &mut rng, &format!("{p}.attn_q_norm.weight"), hd);
                 w = norm(w, &mut rng, &format!("{p}.attn_k_norm.weight"), hd);
@@ -296,7 +318,7 @@ impl TinyModel {
     /// single characters.
     fn tokenizer(&self, w: GgufWriter) -> GgufWriter {
         let specials: &[&str] = match self.arch {
-            TinyArch::Llama | TinyArch::Qwen3 => {
+            TinyArch::Llama | TinyArch::Qwen3 | TinyArch::Qwen2 => {
                 &["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<unk>"]
             }
             TinyArch::Gemma3 => &["<pad>", "<eos>", "<bos>", "<unk>"],
@@ -314,7 +336,7 @@ impl TinyModel {
             .kv("tokenizer.ggml.tokens", Value::str_array(&tokens))
             .kv("tokenizer.ggml.token_type", Value::i32_array(types));
         match self.arch {
-            TinyArch::Llama | TinyArch::Qwen3 => w
+            TinyArch::Llama | TinyArch::Qwen3 | TinyArch::Qwen2 => w
                 .kv("tokenizer.ggml.model", "gpt2")
                 .kv(
                     "tokenizer.ggml.merges",
@@ -372,6 +394,14 @@ fn matrix_data(
         quantize_row(ty, &row, dst);
     }
     ([cols as u64, rows as u64], data)
+}
+
+/// An F32 bias of small values around 0.
+fn bias(w: GgufWriter, rng: &mut ChaCha8Rng, name: &str, len: usize) -> GgufWriter {
+    let data: Vec<u8> = (0..len)
+        .flat_map(|_| ((rng.random::<f32>() - 0.5) * 0.2).to_le_bytes())
+        .collect();
+    w.tensor(name, &[len as u64], GgmlType::F32, data)
 }
 
 /// An F32 norm weight near 1.

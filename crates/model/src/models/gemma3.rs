@@ -6,6 +6,7 @@ use super::{
     Activation, Attention, Ffn, ForwardScratch, Model, OutputRows, ensure, projections, rows,
 };
 use crate::config::ModelConfig;
+use crate::tensor_parallel::Shard;
 use crate::weights::Weights;
 use crate::{ForwardBatch, KvCache, ModelError};
 
@@ -20,13 +21,23 @@ pub(crate) struct Block {
 
 impl Block {
     pub(crate) fn load(w: &Weights, c: &ModelConfig, il: usize) -> Result<Self, ModelError> {
+        Self::load_shard(w, c, il, &Shard::whole(c))
+    }
+
+    /// A tensor-parallel rank's part of the block (`shard`'s heads and FFN columns).
+    pub(crate) fn load_shard(
+        w: &Weights,
+        c: &ModelConfig,
+        il: usize,
+        shard: &Shard,
+    ) -> Result<Self, ModelError> {
         let v = |name: &str| w.vector(&format!("blk.{il}.{name}.weight"), c.d_model);
         Ok(Self {
             attn_norm: v("attn_norm")?,
-            attn: Attention::load(w, c, il, false, true)?,
+            attn: Attention::load(w, c, il, (false, true), shard)?,
             post_attention_norm: v("post_attention_norm")?,
             ffn_norm: v("ffn_norm")?,
-            ffn: Ffn::load(w, c, il)?,
+            ffn: Ffn::load(w, c, il, shard)?,
             post_ffw_norm: v("post_ffw_norm")?,
         })
     }
@@ -46,8 +57,12 @@ impl Block {
         keep: Option<&OutputRows>,
     ) {
         let (d, eps) = (m.config.d_model, m.config.rms_eps);
+        // With tensor parallelism each output is a partial sum: summed over the ranks before
+        // its norm.
+        let t_out = keep.map_or(batch.num_tokens(), |o| o.len());
         let attend = |a: &Attention, h: &[f32], out: &mut [f32], s: &mut ForwardScratch| {
             m.attention(il, a, h, out, batch, kv, s, keep);
+            m.all_reduce(&mut out[..t_out * d]);
         };
         let ffn = |f: &Ffn, h: &[f32], t: usize, out: &mut [f32], s: &mut ForwardScratch| {
             projections::ffn(
@@ -61,6 +76,7 @@ impl Block {
                 out,
                 s,
             );
+            m.all_reduce(&mut out[..t * d]);
         };
         self.sandwich(x, d, eps, batch.num_tokens(), s, keep, attend, ffn);
     }

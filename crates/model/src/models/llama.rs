@@ -6,6 +6,7 @@ use super::{
     Activation, Attention, Ffn, ForwardScratch, Model, OutputRows, ensure, projections, rows,
 };
 use crate::config::{Architecture, ModelConfig};
+use crate::tensor_parallel::Shard;
 use crate::weights::Weights;
 use crate::{ForwardBatch, KvCache, ModelError};
 
@@ -17,14 +18,19 @@ pub(crate) struct Block {
 }
 
 impl Block {
-    pub(crate) fn load(w: &Weights, c: &ModelConfig, il: usize) -> Result<Self, ModelError> {
+    pub(crate) fn load(
+        w: &Weights,
+        c: &ModelConfig,
+        il: usize,
+        shard: &Shard,
+    ) -> Result<Self, ModelError> {
         let qkv_bias = c.architecture == Architecture::Qwen2;
         let qk_norm = c.architecture == Architecture::Qwen3;
         Ok(Self {
             attn_norm: w.vector(&format!("blk.{il}.attn_norm.weight"), c.d_model)?,
-            attn: Attention::load(w, c, il, qkv_bias, qk_norm)?,
+            attn: Attention::load(w, c, il, (qkv_bias, qk_norm), shard)?,
             ffn_norm: w.vector(&format!("blk.{il}.ffn_norm.weight"), c.d_model)?,
-            ffn: Ffn::load(w, c, il)?,
+            ffn: Ffn::load(w, c, il, shard)?,
         })
     }
 
@@ -51,6 +57,7 @@ impl Block {
         // Past the attention only the kept rows go on.
         let (t, x) = OutputRows::narrow(keep, x, d);
         let (hb, ob) = (&mut hb[..t * d], &mut ob[..t * d]);
+        m.all_reduce(ob);
         rows::add(x, ob, t);
 
         rows::rms_norm_into(x, &self.ffn_norm, eps, hb);
@@ -65,6 +72,7 @@ impl Block {
             ob,
             s,
         );
+        m.all_reduce(ob);
         rows::add(x, ob, t);
 
         s.h = h;

@@ -20,6 +20,7 @@ use crate::config::{Architecture, KvCacheDtype, ModelConfig};
 use crate::kv::cache::Arenas;
 use crate::lora::{LoraAdapter, LoraRows};
 use crate::pack_cache::{PackCache, PackCacheStatus, PackSession};
+use crate::tensor_parallel::{Shard, TpRank};
 use crate::weights::{Linear, Matrix, Weights};
 use crate::{ForwardBatch, KvCache, ModelError};
 use output_rows::OutputRows;
@@ -38,6 +39,11 @@ pub struct Model {
     blocks: Blocks,
     rope: Rope,
     rope_swa: Rope,
+    /// The part of the model this rank holds (the whole of it without tensor parallelism).
+    shard: Shard,
+    /// The rank's group, with tensor parallelism: partial sums are all-reduced after each
+    /// attention output and FFN, and the LM head's vocabulary slices gathered.
+    tp: Option<TpRank>,
 }
 
 enum Blocks {
@@ -96,6 +102,9 @@ pub struct ForwardScratch {
     /// The last layer's surviving rows, when it can drop the others.
     output_rows: OutputRows,
     pub(crate) logits: Vec<f32>,
+    /// This rank's vocabulary slice of the logits, and every rank's slices in rank order.
+    local_logits: Vec<f32>,
+    gathered: Vec<f32>,
     pub(crate) matmul: MatmulScratch,
     /// The step's adapters and which rows use them.
     lora: LoraRows,
@@ -137,7 +146,14 @@ impl Model {
     /// Builds the model from an open GGUF file, checking every tensor's shape and type; packs
     /// the weights with no cache (the file's path is unknown: see [`Model::load_cached`]).
     pub fn load(file: Arc<GgufFile>) -> Result<Self, ModelError> {
-        Self::load_with(file, PackSession::off())
+        Self::load_with(file, PackSession::off(), None)
+    }
+
+    /// Rank `tp.rank`'s part of the model in `file` (`ffn_align` from
+    /// [`crate::tensor_parallel::ffn_alignment`]). Packed without the cache: its layouts are
+    /// the whole model's.
+    pub(crate) fn load_rank(file: Arc<GgufFile>, tp: TpRank) -> Result<Self, ModelError> {
+        Self::load_with(file, PackSession::off(), Some(tp))
     }
 
     /// [`Model::load`] for the file opened from `path`, with the packed weights cached where
@@ -148,10 +164,14 @@ impl Model {
         cache: &PackCache,
     ) -> Result<Self, ModelError> {
         let session = PackSession::open(path, &file, cache);
-        Self::load_with(file, session)
+        Self::load_with(file, session, None)
     }
 
-    fn load_with(file: Arc<GgufFile>, pack: PackSession) -> Result<Self, ModelError> {
+    fn load_with(
+        file: Arc<GgufFile>,
+        pack: PackSession,
+        tp: Option<TpRank>,
+    ) -> Result<Self, ModelError> {
         let config = ModelConfig::from_gguf(&file)?;
         if !config.causal {
             // An encoder has no LM head to generate with: it is served for embeddings.
@@ -160,35 +180,44 @@ impl Model {
                 config.architecture.name()
             )));
         }
+        let shard = match &tp {
+            Some(tp) => {
+                let align = crate::tensor_parallel::ffn_alignment(&file, &config);
+                Shard::plan(&config, tp.rank, tp.size(), align)?
+            }
+            None => Shard::whole(&config),
+        };
         let mut weights = Weights::with_pack_session(file, pack);
         let c = &config;
         let token_embd = weights.matrix("token_embd.weight", c.vocab_size, c.d_model)?;
         let output_norm = weights.vector("output_norm.weight", c.d_model)?;
         // Tied embeddings when the file has no output.weight (llama.cpp: "output" falls back
         // to "token_embd" with TENSOR_DUPLICATED in load_tensors).
-        let lm_head = weights.packed(if weights.has("output.weight") {
+        let lm_head = if weights.has("output.weight") {
             weights.linear("output", c.vocab_size, c.d_model, false)?
         } else {
             Linear {
                 weight: token_embd.clone(),
                 bias: None,
             }
-        });
+        };
+        let lm_head = weights.packed(weights.slice(lm_head, shard.vocab.clone(), 0..c.d_model)?);
         let blocks = match c.architecture {
             Architecture::Llama | Architecture::Qwen2 | Architecture::Qwen3 => Blocks::Llama(
                 (0..c.n_layers)
-                    .map(|il| llama::Block::load(&weights, c, il))
+                    .map(|il| llama::Block::load(&weights, c, il, &shard))
                     .collect::<Result<_, _>>()?,
             ),
             Architecture::Gemma3 => Blocks::Gemma3(
                 (0..c.n_layers)
-                    .map(|il| gemma3::Block::load(&weights, c, il))
+                    .map(|il| gemma3::Block::load_shard(&weights, c, il, &shard))
                     .collect::<Result<_, _>>()?,
             ),
         };
         let rope = Rope::new(c.head_dim, c.n_rot, c.rope_base, c.rope_style);
         let rope_swa = Rope::new(c.head_dim, c.n_rot, c.rope_base_swa, c.rope_style);
         let pack_cache = weights.finish_packing();
+        let config = shard.local_config(&config);
         Ok(Self {
             config,
             weights,
@@ -199,7 +228,32 @@ impl Model {
             blocks,
             rope,
             rope_swa,
+            shard,
+            tp,
         })
+    }
+
+    /// The part of the model this instance holds.
+    pub fn shard(&self) -> &Shard {
+        &self.shard
+    }
+
+    /// The file the weights live in, shared (tensor-parallel ranks load from it).
+    pub(crate) fn file_arc(&self) -> Arc<GgufFile> {
+        self.weights.file_arc()
+    }
+
+    /// `x` summed over the tensor-parallel ranks (a row-parallel product's partial sums);
+    /// nothing without tensor parallelism.
+    pub(crate) fn all_reduce(&self, x: &mut [f32]) {
+        if let Some(tp) = &self.tp {
+            tp.all_reduce(x);
+        }
+    }
+
+    /// The rank's group, with tensor parallelism.
+    pub(crate) fn tp(&self) -> Option<&TpRank> {
+        self.tp.as_ref()
     }
 
     /// Opens `path` and loads the model in it, with the pack cache the environment chooses
@@ -299,15 +353,34 @@ impl Model {
             ops::rms_norm(&x[i * d..][..d], &self.output_norm, c.rms_eps, row);
         }
         s.x = x;
-        let logits = ensure(&mut s.logits, n * c.vocab_size);
-        self.weights.forward(
-            &self.lm_head,
-            &s.selected[..n * d],
-            n,
-            logits,
-            &mut s.matmul,
-        );
-        &s.logits[..n * c.vocab_size]
+        let vocab = c.vocab_size;
+        let Some(tp) = &self.tp else {
+            let logits = ensure(&mut s.logits, n * vocab);
+            let sel = &s.selected[..n * d];
+            self.weights
+                .forward(&self.lm_head, sel, n, logits, &mut s.matmul);
+            return &s.logits[..n * vocab];
+        };
+        // Each rank's vocabulary rows, gathered in rank order, then put back row by row.
+        let part = self.shard.vocab.len();
+        let local = ensure(&mut s.local_logits, n * part);
+        let sel = &s.selected[..n * d];
+        self.weights
+            .forward(&self.lm_head, sel, n, local, &mut s.matmul);
+        let gathered = ensure(&mut s.gathered, n * vocab);
+        tp.all_gather(&s.local_logits[..n * part], gathered);
+        let logits = ensure(&mut s.logits, n * vocab);
+        let mut at = 0;
+        for cols in &self.shard.vocab_parts {
+            for (row, src) in logits
+                .chunks_exact_mut(vocab)
+                .zip(s.gathered[at..at + n * cols.len()].chunks_exact(cols.len().max(1)))
+            {
+                row[cols.clone()].copy_from_slice(src);
+            }
+            at += n * cols.len();
+        }
+        &s.logits[..n * vocab]
     }
 
     /// `out[t][d] = Wo . attention(h)`: q/k/v projections, optional per-head norms, RoPE, KV
@@ -420,15 +493,18 @@ impl Model {
 impl Attention {
     /// Loads `blk.{il}.attn_{q,k,v,output}` (with biases when `qkv_bias`) and, when `qk_norm`,
     /// `attn_{q,k}_norm`.
+    /// With tensor parallelism, `shard`'s heads only: q/k/v by rows, the output by columns.
     pub(crate) fn load(
         w: &Weights,
         c: &ModelConfig,
         il: usize,
-        qkv_bias: bool,
-        qk_norm: bool,
+        (qkv_bias, qk_norm): (bool, bool),
+        shard: &Shard,
     ) -> Result<Self, ModelError> {
         let p = format!("blk.{il}");
-        let (qd, kvd) = (c.q_dim(), c.kv_dim());
+        let (qd, kvd, d) = (c.q_dim(), c.kv_dim(), c.d_model);
+        let q_rows = Shard::rows(&shard.heads, c.head_dim);
+        let kv_rows = Shard::rows(&shard.kv_heads, c.head_dim);
         let (q_norm, k_norm) = if qk_norm {
             (
                 Some(w.vector(&format!("{p}.attn_q_norm.weight"), c.head_dim)?),
@@ -437,9 +513,14 @@ impl Attention {
         } else {
             (None, None)
         };
-        let q = w.linear(&format!("{p}.attn_q"), qd, c.d_model, qkv_bias)?;
-        let k = w.linear(&format!("{p}.attn_k"), kvd, c.d_model, qkv_bias)?;
-        let v = w.linear(&format!("{p}.attn_v"), kvd, c.d_model, qkv_bias)?;
+        let q = w.linear(&format!("{p}.attn_q"), qd, d, qkv_bias)?;
+        let q = w.slice(q, q_rows.clone(), 0..d)?;
+        let k = w.linear(&format!("{p}.attn_k"), kvd, d, qkv_bias)?;
+        let k = w.slice(k, kv_rows.clone(), 0..d)?;
+        let v = w.linear(&format!("{p}.attn_v"), kvd, d, qkv_bias)?;
+        let v = w.slice(v, kv_rows, 0..d)?;
+        let o = w.linear(&format!("{p}.attn_output"), d, qd, false)?;
+        let o = w.slice(o, 0..d, q_rows)?;
         // Only the matrices the forward pass multiplies by are packed: the stack, or the parts.
         let qkv = w.stacked(&[&q, &k, &v]).map(|l| w.packed(l));
         let (q, k, v) = match qkv {
@@ -451,7 +532,7 @@ impl Attention {
             q,
             k,
             v,
-            o: w.packed(w.linear(&format!("{p}.attn_output"), c.d_model, qd, false)?),
+            o: w.packed(o),
             q_norm,
             k_norm,
         })
@@ -459,11 +540,22 @@ impl Attention {
 }
 
 impl Ffn {
-    /// Loads `blk.{il}.ffn_{gate,up,down}`.
-    pub(crate) fn load(w: &Weights, c: &ModelConfig, il: usize) -> Result<Self, ModelError> {
+    /// Loads `blk.{il}.ffn_{gate,up,down}`; with tensor parallelism `shard`'s columns of
+    /// the intermediate size only (gate and up by rows, down by columns).
+    pub(crate) fn load(
+        w: &Weights,
+        c: &ModelConfig,
+        il: usize,
+        shard: &Shard,
+    ) -> Result<Self, ModelError> {
         let p = format!("blk.{il}");
-        let gate = w.linear(&format!("{p}.ffn_gate"), c.ffn_dim, c.d_model, false)?;
-        let up = w.linear(&format!("{p}.ffn_up"), c.ffn_dim, c.d_model, false)?;
+        let (f, d) = (c.ffn_dim, c.d_model);
+        let gate = w.linear(&format!("{p}.ffn_gate"), f, d, false)?;
+        let gate = w.slice(gate, shard.ffn.clone(), 0..d)?;
+        let up = w.linear(&format!("{p}.ffn_up"), f, d, false)?;
+        let up = w.slice(up, shard.ffn.clone(), 0..d)?;
+        let down = w.linear(&format!("{p}.ffn_down"), d, f, false)?;
+        let down = w.slice(down, 0..d, shard.ffn.clone())?;
         let gate_up = w.stacked(&[&gate, &up]).map(|l| w.packed(l));
         let (gate, up) = match gate_up {
             Some(_) => (gate, up),
@@ -473,7 +565,7 @@ impl Ffn {
             gate_up,
             gate,
             up,
-            down: w.packed(w.linear(&format!("{p}.ffn_down"), c.d_model, c.ffn_dim, false)?),
+            down: w.packed(down),
         })
     }
 }

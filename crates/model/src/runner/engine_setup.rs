@@ -10,6 +10,7 @@ use pagoda_speculative::{NgramProposer, SuffixConfig, SuffixProposer};
 use std::sync::Arc;
 
 use crate::kv::transfer::{self, KvSender, TransferStore};
+use crate::tensor_parallel::{self as tp, TensorParallelConfig, TpError};
 use crate::{
     CpuExecutor, DiskTier, DraftProposer, KvCacheDtype, KvDiskConfig, KvGroupPlan,
     KvTransferConfig, Model, ModelError, ModelRunner,
@@ -40,6 +41,8 @@ pub struct EngineSetup {
     pub kv_disk: Option<KvDiskConfig>,
     /// Prefill/decode disaggregation (`--kv-role`), off by default.
     pub kv_transfer: Option<KvTransferConfig>,
+    /// Tensor parallelism (`--tensor-parallel-size`), one rank by default.
+    pub tensor_parallel: TensorParallelConfig,
 }
 
 impl Default for EngineSetup {
@@ -56,6 +59,7 @@ impl Default for EngineSetup {
             sliding_window_freeing: true,
             kv_disk: None,
             kv_transfer: None,
+            tensor_parallel: TensorParallelConfig::default(),
         }
     }
 }
@@ -95,8 +99,17 @@ pub fn build_engine_with_draft(
 ) -> Result<(EngineCore<ModelRunner>, KvReport), ModelError> {
     model.set_kv_cache_dtype(setup.kv_cache_dtype);
     let config = model.config().clone();
-    // int8 scales included: a layer's share of one token's K and V.
-    let bytes_per_token = config.kv_bytes_per_token() as u64;
+    let ranks = setup.tensor_parallel.size;
+    check_tensor_parallel(&config, setup)?;
+    // int8 scales included: a layer's share of one token's K and V, over all ranks (each
+    // holds its KV heads; replicated heads count once per rank holding them).
+    let kv_heads_held = if ranks > 1 {
+        ranks * (config.n_kv_heads / ranks).max(1)
+    } else {
+        config.n_kv_heads
+    };
+    let bytes_per_token =
+        (config.kv_bytes_per_token() * kv_heads_held / config.n_kv_heads.max(1)) as u64;
     let layer_bytes = bytes_per_token / config.n_layers.max(1) as u64;
     let budget = match setup.kv_cache_memory {
         Some(b) => {
@@ -179,7 +192,18 @@ pub fn build_engine_with_draft(
     };
     let eog_ids = config.eog_token_ids.clone();
     let vocab = config.vocab_size;
-    let mut exec = CpuExecutor::with_plan(model, plan, cache.num_blocks, cache.block_size)?;
+    let mut exec = if ranks > 1 {
+        log_rank_layout(&model, ranks);
+        CpuExecutor::tensor_parallel(
+            model,
+            &setup.tensor_parallel,
+            plan,
+            cache.num_blocks,
+            cache.block_size,
+        )?
+    } else {
+        CpuExecutor::with_plan(model, plan, cache.num_blocks, cache.block_size)?
+    };
     let tier = match &setup.kv_disk {
         Some(c) if setup.enable_prefix_caching => Some(Arc::new(open_tier(c, &mut exec, &cache)?)),
         Some(c) => {
@@ -238,6 +262,59 @@ pub fn build_engine_with_draft(
         report.max_model_len
     );
     Ok((core, report))
+}
+
+/// The start-up rules of tensor parallelism: the heads must split, and the features that
+/// copy or move KV blocks (which live on every rank) are not combined with it yet.
+fn check_tensor_parallel(
+    config: &crate::ModelConfig,
+    setup: &EngineSetup,
+) -> Result<(), ModelError> {
+    let ranks = setup.tensor_parallel.size;
+    tp::shard::check_heads(config, ranks)?;
+    if ranks == 1 {
+        return Ok(());
+    }
+    let unsupported = [
+        (setup.kv_disk.is_some(), "the KV disk tier (--kv-disk-dir)"),
+        (
+            setup.kv_transfer.is_some(),
+            "prefill/decode disaggregation (--kv-role)",
+        ),
+        (
+            setup.scheduler.context_shift_keep.is_some(),
+            "context shift (--context-shift)",
+        ),
+    ];
+    match unsupported.iter().find(|(on, _)| *on) {
+        Some((_, what)) => Err(TpError::Unsupported(what).into()),
+        None => Ok(()),
+    }
+}
+
+/// The start-up log lines of tensor parallelism: per rank, its CPUs and its part of `model`
+/// (the layout its threads will load; the heads were checked to split).
+fn log_rank_layout(model: &Model, ranks: usize) {
+    let (c, cpus) = (model.config(), tp::affinity::allowed_cpus());
+    let align = tp::ffn_alignment(model.gguf(), c);
+    tracing::info!(
+        ranks,
+        "tensor parallelism: {ranks} ranks as threads, shared-memory all-reduce (rank order), kernels inline on each rank"
+    );
+    for rank in 0..ranks {
+        let Ok(s) = tp::Shard::plan(c, rank, ranks, align) else {
+            continue; // the ranks' loads report it
+        };
+        tracing::info!(
+            rank,
+            cpus = ?tp::affinity::rank_cpus(&cpus, rank, ranks),
+            heads = ?s.heads,
+            kv_heads = ?s.kv_heads,
+            ffn_columns = ?s.ffn,
+            vocab_rows = ?s.vocab,
+            "tensor-parallel rank"
+        );
+    }
 }
 
 /// The byte path of prefill/decode disaggregation for this replica's role.

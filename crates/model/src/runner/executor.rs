@@ -6,13 +6,17 @@ use std::sync::Arc;
 
 use crate::lora::LoraAdapter;
 use crate::models::{ForwardScratch, Model};
+use crate::tensor_parallel::group::KvShape;
+use crate::tensor_parallel::{RankGroup, TensorParallelConfig, TpError};
 use crate::{ForwardBatch, KvCache, KvGroupPlan, ModelError};
 
-/// Runs forward passes of one model on the CPU.
+/// Runs forward passes of one model on the CPU. With tensor parallelism it is rank 0: its
+/// model and KV cache are rank 0's parts, and `group` runs the other ranks beside it.
 pub struct CpuExecutor {
     pub model: Model,
     pub kv_cache: KvCache,
     scratch: ForwardScratch,
+    group: Option<RankGroup>,
 }
 
 impl CpuExecutor {
@@ -34,7 +38,38 @@ impl CpuExecutor {
             model,
             kv_cache,
             scratch: ForwardScratch::default(),
+            group: None,
         })
+    }
+
+    /// Rank 0 of `tp.size` ranks over the file `model` was loaded from (`model` itself is
+    /// dropped: every rank, this one included, loads its own part on its own thread).
+    pub fn tensor_parallel(
+        model: Model,
+        tp: &TensorParallelConfig,
+        plan: KvGroupPlan,
+        num_blocks: usize,
+        block_size: usize,
+    ) -> Result<Self, ModelError> {
+        let (file, dtype) = (model.file_arc(), model.config().kv_cache_dtype);
+        drop(model);
+        let kv = KvShape {
+            dtype,
+            plan: plan.clone(),
+            num_blocks,
+            block_size,
+        };
+        let (mut leader, group) =
+            RankGroup::start(file, tp.size, kv, std::sync::Arc::clone(&tp.counters))?;
+        leader.set_kv_cache_dtype(dtype);
+        let mut exec = Self::with_plan(leader, plan, num_blocks, block_size)?;
+        exec.group = Some(group);
+        Ok(exec)
+    }
+
+    /// The tensor-parallel group beside rank 0, when there is one.
+    pub fn rank_group(&self) -> Option<&RankGroup> {
+        self.group.as_ref()
     }
 
     /// Validates `batch`, runs it, and returns the logits rows `[logits_indices.len()][vocab]`.
@@ -72,9 +107,20 @@ impl CpuExecutor {
                 "adapter {i} was built for another model shape"
             )));
         }
-        Ok(self
-            .model
-            .forward(batch, adapters, &mut self.kv_cache, &mut self.scratch))
+        let Some(group) = &mut self.group else {
+            return Ok(self
+                .model
+                .forward(batch, adapters, &mut self.kv_cache, &mut self.scratch));
+        };
+        if !adapters.is_empty() {
+            return Err(TpError::Unsupported("LoRA adapters").into());
+        }
+        let (model, kv, scratch) = (&self.model, &mut self.kv_cache, &mut self.scratch);
+        group.step(batch, || {
+            model.forward(batch, adapters, kv, scratch);
+        })?;
+        let n = batch.logits_indices.len() * c.vocab_size;
+        Ok(&self.scratch.logits[..n])
     }
 
     pub fn vocab_size(&self) -> usize {

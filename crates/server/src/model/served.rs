@@ -78,6 +78,8 @@ pub struct Loaded {
     pub kv_role: pagoda_core::kv::KvRole,
     /// The transfers' counters, for `/metrics` (a prefill or decode role only).
     pub kv_transfer: Option<Arc<pagoda_model::KvTransferCounters>>,
+    /// Tensor parallelism's ranks and counters, for `/metrics` (more than one rank only).
+    pub tensor_parallel: Option<(usize, Arc<pagoda_model::TpCounters>)>,
     /// The model's recommended sampling (`--generation-config`), under a request's own fields.
     pub sampling_defaults: pagoda_frontend::SamplingDefaults,
     /// The engine's speculative decoding, which a request's `speculative` may only narrow.
@@ -226,5 +228,8 @@ pub fn load(path: &Path, s: &LoadSettings<'_>) -> Result<Served, LoadError> {
             .as_ref()
             .filter(|c| c.role != pagoda_core::kv::KvRole::Both)
             .map(|c| Arc::clone(&c.counters)),
+        tensor_parallel: Some(&s.setup.tensor_parallel)
+            .filter(|t| t.size > 1)
+            .map(|t| (t.size, Arc::clone(&t.counters))),
     }))
 }

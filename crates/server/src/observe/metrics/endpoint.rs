@@ -41,6 +41,9 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
                 if let Some(c) = &l.kv_transfer {
                     crate::observe::metrics::kv_transfer::render(&mut e, name, l.kv_role.name(), c);
                 }
+                if let Some((ranks, c)) = &l.tensor_parallel {
+                    crate::observe::metrics::tensor_parallel::render(&mut e, name, *ranks, c);
+                }
                 crate::observe::metrics::engine::render_loras(&mut e, &stats, &l.loras);
             }
             Some(Served::Embed(emb)) => {

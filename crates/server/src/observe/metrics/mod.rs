@@ -11,3 +11,4 @@ pub mod kv_transfer;
 pub mod labels;
 pub mod models;
 pub mod speculative;
+pub mod tensor_parallel;

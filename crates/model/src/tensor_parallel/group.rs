@@ -1,0 +1,312 @@
+//! `RankGroup`: the threads of ranks 1..N, each pinned to its CPUs, holding its model shard
+//! and KV cache, waiting for rank 0 (the engine thread) to hand it each step's batch. Every
+//! rank's kernels run inline on its own thread. A panic on any rank aborts the collective so
+//! no rank waits forever, and the group then fails every later step: the engine reports the
+//! error instead of hanging.
+
+use std::any::Any;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, Sender, TryRecvError, channel};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use pagoda_gguf::GgufFile;
+use pagoda_kernels::parallel;
+
+use super::affinity;
+use super::collective::Collective;
+use super::error::TpError;
+use super::rank::{CollectivePanic, TpCounters, TpRank};
+use super::shared_memory::SharedMemoryCollective;
+use crate::ModelError;
+use crate::config::KvCacheDtype;
+use crate::kv::cache::KvCache;
+use crate::kv::groups::KvGroupPlan;
+use crate::models::{ForwardScratch, Model};
+use crate::runner::batch::ForwardBatch;
+
+/// How long a rank spins for the next message before it blocks: decode steps follow each
+/// other within a millisecond, and a futex wake-up at each step's start would keep every
+/// other rank waiting at the first all-reduce (the kernel pool spins for the same reason).
+const SPIN_TIME: Duration = Duration::from_micros(500);
+
+/// The next message on `rx`, spinning briefly before blocking; `None` once its sender is gone.
+fn receive<T>(rx: &Receiver<T>) -> Option<T> {
+    let start = Instant::now();
+    while start.elapsed() < SPIN_TIME {
+        match rx.try_recv() {
+            Ok(v) => return Some(v),
+            Err(TryRecvError::Empty) => std::hint::spin_loop(),
+            Err(TryRecvError::Disconnected) => return None,
+        }
+    }
+    rx.recv().ok()
+}
+
+/// What rank 0 sends a worker rank.
+enum Job {
+    Step(Arc<ForwardBatch>),
+    /// Test hook: panic in the next step.
+    Poison,
+}
+
+struct Worker {
+    rank: usize,
+    jobs: Option<Sender<Job>>,
+    done: Receiver<Result<(), String>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// Ranks 1..N of a tensor-parallel group, as seen from rank 0.
+pub struct RankGroup {
+    workers: Vec<Worker>,
+    comm: Arc<dyn Collective>,
+    /// Rank 0's CPUs: the engine thread pins itself to them at its first step.
+    leader_cpus: Vec<usize>,
+    leader_pinned: bool,
+    /// Set once a rank failed: every later step fails with it.
+    failed: Option<TpError>,
+}
+
+/// How each rank's KV cache is built.
+pub struct KvShape {
+    pub dtype: KvCacheDtype,
+    pub plan: KvGroupPlan,
+    pub num_blocks: usize,
+    pub block_size: usize,
+}
+
+impl RankGroup {
+    /// Loads every rank's part of the model in `file`, each on a thread pinned to its share
+    /// of the CPUs (so its weights are first touched there), and starts ranks 1..N. Returns
+    /// rank 0's model (its thread ends) and the group.
+    pub fn start(
+        file: Arc<GgufFile>,
+        size: usize,
+        kv: KvShape,
+        counters: Arc<TpCounters>,
+    ) -> Result<(Model, Self), ModelError> {
+        let comm: Arc<dyn Collective> = Arc::new(SharedMemoryCollective::new(size));
+        let cpus = affinity::allowed_cpus();
+        let kv = Arc::new(kv);
+        let (leader_tx, leader_rx) = channel();
+        let mut workers = Vec::new();
+        let mut ready = Vec::new();
+        for rank in 0..size {
+            let rank_cpus = affinity::rank_cpus(&cpus, rank, size);
+            let tp = TpRank::new(rank, Arc::clone(&comm), Arc::clone(&counters));
+            let (file, kv) = (Arc::clone(&file), Arc::clone(&kv));
+            let (jobs_tx, jobs_rx) = channel();
+            let (done_tx, done_rx) = channel();
+            let leader_tx = leader_tx.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("pagoda-tp-rank-{rank}"))
+                .spawn(move || {
+                    let pinned = affinity::pin_current_thread(&rank_cpus);
+                    tracing::info!(rank, cpus = ?rank_cpus, pinned, "tensor-parallel rank loading");
+                    let model = Model::load_rank(file, tp);
+                    if rank == 0 {
+                        let _ = leader_tx.send(model);
+                        return;
+                    }
+                    let exec = model.and_then(|mut m| {
+                        m.set_kv_cache_dtype(kv.dtype);
+                        let cache = KvCache::with_plan(
+                            m.config(),
+                            kv.plan.clone(),
+                            kv.num_blocks,
+                            kv.block_size,
+                        )?;
+                        Ok((m, cache))
+                    });
+                    match exec {
+                        Ok(exec) => {
+                            let _ = done_tx.send(Ok(()));
+                            serve(exec, &jobs_rx, &done_tx);
+                        }
+                        Err(e) => {
+                            let _ = done_tx.send(Err(e.to_string()));
+                        }
+                    }
+                })
+                .map_err(|e| {
+                    ModelError::TensorParallel(TpError::RankFailed {
+                        rank,
+                        message: format!("cannot start its thread: {e}"),
+                    })
+                })?;
+            if rank == 0 {
+                ready.push(spawned);
+                continue;
+            }
+            workers.push(Worker {
+                rank,
+                jobs: Some(jobs_tx),
+                done: done_rx,
+                thread: Some(spawned),
+            });
+        }
+        drop(leader_tx);
+        let mut group = Self {
+            workers,
+            comm,
+            leader_cpus: affinity::rank_cpus(&cpus, 0, size),
+            leader_pinned: false,
+            failed: None,
+        };
+        let leader = leader_rx.recv().map_err(|_| {
+            ModelError::TensorParallel(TpError::RankFailed {
+                rank: 0,
+                message: "its loading thread ended".into(),
+            })
+        });
+        for h in ready {
+            let _ = h.join();
+        }
+        let leader = leader??;
+        for w in &group.workers {
+            match w.done.recv() {
+                Ok(Ok(())) => {}
+                Ok(Err(message)) => {
+                    return Err(ModelError::TensorParallel(TpError::RankFailed {
+                        rank: w.rank,
+                        message,
+                    }));
+                }
+                Err(_) => {
+                    return Err(ModelError::TensorParallel(TpError::RankFailed {
+                        rank: w.rank,
+                        message: "its thread ended while loading".into(),
+                    }));
+                }
+            }
+        }
+        group.failed = None;
+        Ok((leader, group))
+    }
+
+    /// Ranks, rank 0 included.
+    pub fn size(&self) -> usize {
+        self.workers.len() + 1
+    }
+
+    /// Runs one step: hands `batch` to every other rank, runs `own` (rank 0's forward pass,
+    /// kernels inline) and waits for all. A failure on any rank fails this step and every
+    /// later one.
+    pub fn step(&mut self, batch: &ForwardBatch, own: impl FnOnce()) -> Result<(), TpError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        if !self.leader_pinned {
+            self.leader_pinned = true;
+            affinity::pin_current_thread(&self.leader_cpus);
+        }
+        let shared = Arc::new(batch.clone());
+        let mut failure = None;
+        for w in &self.workers {
+            let sent = w
+                .jobs
+                .as_ref()
+                .is_some_and(|j| j.send(Job::Step(Arc::clone(&shared))).is_ok());
+            if !sent {
+                failure.get_or_insert((w.rank, "its thread has ended".to_string()));
+            }
+        }
+        if failure.is_some() {
+            // A rank that did not get the step would leave the others waiting in it.
+            self.comm.abort();
+        }
+        let own = catch_unwind(AssertUnwindSafe(|| parallel::inline(own)));
+        let own_failure = own.err().map(|p| {
+            self.comm.abort();
+            (0, panic_message(p.as_ref()))
+        });
+        for w in &self.workers {
+            let got = receive(&w.done).unwrap_or_else(|| Err("its thread has ended".to_string()));
+            if let Err(message) = got {
+                failure.get_or_insert((w.rank, message));
+            }
+        }
+        // A worker's own error is the cause; rank 0 then only saw the aborted collective.
+        if let Some((rank, message)) = failure.or(own_failure) {
+            tracing::error!(rank, %message, "tensor-parallel rank failed; the group is stopped");
+            let e = TpError::RankFailed { rank, message };
+            self.failed = Some(e.clone());
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Test hook: rank `rank` panics in its next step.
+    #[doc(hidden)]
+    pub fn poison(&self, rank: usize) {
+        if let Some(j) = self
+            .workers
+            .iter()
+            .find(|w| w.rank == rank)
+            .and_then(|w| w.jobs.as_ref())
+        {
+            let _ = j.send(Job::Poison);
+        }
+    }
+}
+
+impl Drop for RankGroup {
+    fn drop(&mut self) {
+        self.comm.abort();
+        for w in &mut self.workers {
+            w.jobs = None; // the worker's `recv` ends
+        }
+        for w in &mut self.workers {
+            if let Some(t) = w.thread.take() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+/// A worker rank's loop: each step's forward pass (kernels inline) over its own KV cache,
+/// its outcome reported. Its logits were gathered to rank 0 inside the pass.
+fn serve(
+    (model, mut kv): (Model, KvCache),
+    jobs: &Receiver<Job>,
+    done: &Sender<Result<(), String>>,
+) {
+    let mut scratch = ForwardScratch::default();
+    let mut poisoned = false;
+    while let Some(job) = receive(jobs) {
+        let batch = match job {
+            Job::Step(b) => b,
+            Job::Poison => {
+                poisoned = true;
+                continue;
+            }
+        };
+        let ran = catch_unwind(AssertUnwindSafe(|| {
+            assert!(!poisoned, "injected failure (test hook)");
+            parallel::inline(|| model.forward(&batch, &[], &mut kv, &mut scratch));
+        }));
+        let outcome = ran.map_err(|p| {
+            if let Some(tp) = model.tp() {
+                tp.abort();
+            }
+            panic_message(p.as_ref())
+        });
+        if done.send(outcome).is_err() {
+            return;
+        }
+    }
+}
+
+fn panic_message(p: &(dyn Any + Send)) -> String {
+    if let Some(c) = p.downcast_ref::<CollectivePanic>() {
+        c.0.to_string()
+    } else if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "panicked".to_string()
+    }
+}

@@ -1,0 +1,67 @@
+//! Tensor parallelism within one process: ranks are threads, each holding its part of the
+//! weights (`shard`: heads, FFN columns, vocabulary rows) and its own KV cache, running the
+//! same step side by side and meeting in a `Collective` twice per layer (the attention
+//! output's and the FFN's partial sums) and once for the logits. Rank 0 is the engine thread;
+//! `group` runs the others.
+
+pub mod affinity;
+pub mod collective;
+pub mod error;
+pub mod group;
+pub mod rank;
+pub mod shard;
+pub mod shared_memory;
+
+use std::sync::Arc;
+
+use pagoda_gguf::GgufFile;
+
+pub use collective::{Collective, CollectiveError};
+pub use error::TpError;
+pub use group::RankGroup;
+pub use rank::{TpCounters, TpRank};
+pub use shard::Shard;
+pub use shared_memory::SharedMemoryCollective;
+
+use crate::config::ModelConfig;
+
+/// `--tensor-parallel-size` and the counters `/metrics` reads.
+#[derive(Clone, Debug)]
+pub struct TensorParallelConfig {
+    /// Ranks (1: off).
+    pub size: usize,
+    pub counters: Arc<TpCounters>,
+}
+
+impl Default for TensorParallelConfig {
+    fn default() -> Self {
+        Self::new(1)
+    }
+}
+
+impl TensorParallelConfig {
+    pub fn new(size: usize) -> Self {
+        Self {
+            size,
+            counters: Arc::default(),
+        }
+    }
+}
+
+impl PartialEq for TensorParallelConfig {
+    fn eq(&self, other: &Self) -> bool {
+        self.size == other.size
+    }
+}
+
+impl Eq for TensorParallelConfig {}
+
+/// The FFN's split unit: the largest quant block of any layer's `ffn_down` (split by input
+/// columns, so each rank's part must be whole blocks), at least 8 (a packed group of gate and
+/// up rows).
+pub fn ffn_alignment(file: &GgufFile, c: &ModelConfig) -> usize {
+    (0..c.n_layers)
+        .filter_map(|il| file.tensor(&format!("blk.{il}.ffn_down.weight")))
+        .map(|t| t.ty.block_size())
+        .fold(8, usize::max)
+}
