@@ -116,6 +116,7 @@ def bench_pagoda(args, name, quantization, port):
          "--served-model-name", "m"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env={**os.environ, **({"PAGODA_THREADS": str(args.threads)} if args.threads else {})},
     )
     try:
         wait_ready(port, proc)
@@ -167,7 +168,7 @@ def bench_st(args, name, backend="torch"):
         m = load_st(name, backend)
     except Exception as e:  # ImportError, or an export the backend cannot do
         return {"error": f"{backend}: {type(e).__name__}: {e}"}
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(args.threads or os.cpu_count() or 1)
     out = {"backend": backend, "load_s": round(time.monotonic() - t0, 2),
            "torch": torch.__version__}
     batch = texts(args.batch)
@@ -197,6 +198,8 @@ def main():
     p.add_argument("--st", action="store_true", help="also run sentence-transformers")
     p.add_argument("--onnx", action="store_true",
                    help="also sentence-transformers' ONNX backend, f32 and int8")
+    p.add_argument("--threads", type=int, default=0,
+                   help="compute threads of both engines (default: all cores)")
     p.add_argument("--latency", type=int, default=0,
                    help="batch-1 latency over this many 16-token queries")
     args = p.parse_args()
