@@ -5,17 +5,26 @@ inputs of exactly 32 and 256 tokens, for MiniLM and EmbeddingGemma, and each ser
 
 Each input is a long multilingual paragraph (varied per input so no two are equal) cut to its
 last N tokens by `truncate_prompt_tokens`, so the lengths are exact in the model's own tokens.
-One request carries the 64 inputs (one forward pass); the figure is the median over the rounds
-after one warm-up. With --st, sentence-transformers runs the same texts cut to N tokens
-(`max_seq_length = N`, batch_size 64) on the same CPU, if it imports.
+One request carries the 64 inputs; the figure is the median over the rounds after one
+warm-up. With --st, sentence-transformers runs the same texts cut to N tokens
+(`max_seq_length = N`, batch_size 64) on the same CPU, if it imports; with --onnx also its ONNX
+backend (`backend="onnx"`, exported once into /tmp/st-onnx-<model>) in f32 and dynamically
+quantized to int8 (`export_dynamic_quantized_onnx_model(..., "avx2")`), if optimum and
+onnxruntime import.
+
+--latency N adds batch-1 latency: N requests of one 16-token query, one after another, p50 and
+p99 in ms; pagoda's through HTTP on one kept-alive connection (`http.client`, as a client
+library would), sentence-transformers' as `SentenceTransformer.encode([text])` in process.
 
 Usage (repository root, release build):
   cargo build --release -p pagoda
-  python3 docs/bench/embeddings.py --pagoda target/release/pagoda [--st] [--rounds 5]
+  python3 docs/bench/embeddings.py --pagoda target/release/pagoda [--st] [--onnx] \
+      [--rounds 5] [--latency 200]
 Standard library only for the pagoda part.
 """
 
 import argparse
+import http.client
 import json
 import os
 import statistics
@@ -25,6 +34,7 @@ import time
 import urllib.request
 
 MODELS = os.environ.get("PAGODA_MODEL_DIR", os.path.expanduser("~/.cache/pagoda/models"))
+QUERY_TOKENS = 16
 CHECKPOINTS = {"minilm": "all-MiniLM-L6-v2", "embeddinggemma": "embeddinggemma-300m"}
 BASE = (
     "The river rose through the night, and by morning the old stone bridge stood alone in a wide "
@@ -45,6 +55,42 @@ def post(port, body):
     )
     with urllib.request.urlopen(req, timeout=600) as r:
         return json.loads(r.read())
+
+
+def percentiles(ms):
+    ms = sorted(ms)
+    pick = lambda q: ms[min(len(ms) - 1, int(q * len(ms)))]
+    return {"p50_ms": round(statistics.median(ms), 2), "p99_ms": round(pick(0.99), 2)}
+
+
+def latency_pagoda(port, n):
+    """n one-input requests of QUERY_TOKENS tokens on one kept-alive connection."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    body = json.dumps({"model": "m", "input": [texts(1)[0]],
+                       "truncate_prompt_tokens": QUERY_TOKENS}).encode()
+    ms = []
+    for i in range(n + 10):
+        t = time.perf_counter()
+        conn.request("POST", "/v1/embeddings", body, {"Content-Type": "application/json"})
+        r = conn.getresponse()
+        out = json.loads(r.read())
+        if i >= 10:  # the first ten warm up
+            ms.append((time.perf_counter() - t) * 1000)
+    assert out["usage"]["prompt_tokens"] == QUERY_TOKENS, out["usage"]
+    conn.close()
+    return percentiles(ms)
+
+
+def latency_st(m, n):
+    m.max_seq_length = QUERY_TOKENS
+    text = [texts(1)[0]]
+    ms = []
+    for i in range(n + 10):
+        t = time.perf_counter()
+        m.encode(text, batch_size=1)
+        if i >= 10:
+            ms.append((time.perf_counter() - t) * 1000)
+    return percentiles(ms)
 
 
 def wait_ready(port, proc, timeout=600):
@@ -70,6 +116,7 @@ def bench_pagoda(args, name, quantization, port):
          "--served-model-name", "m"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env={**os.environ, **({"PAGODA_THREADS": str(args.threads)} if args.threads else {})},
     )
     try:
         wait_ready(port, proc)
@@ -88,22 +135,42 @@ def bench_pagoda(args, name, quantization, port):
                 rates.append(args.batch / (time.monotonic() - t))
             out[f"{n}_tok_sent_per_s"] = round(statistics.median(rates), 1)
             print(f"# {name} {quantization} {n} tokens: {out[f'{n}_tok_sent_per_s']} sentences/s", flush=True)
+        if args.latency:
+            out["query_16_tok"] = latency_pagoda(port, args.latency)
         return out
     finally:
         proc.terminate()
         proc.wait()
 
 
-def bench_st(args, name):
+def load_st(name, backend):
+    """A SentenceTransformer on `backend`: torch, onnx (f32) or onnx-int8."""
+    from sentence_transformers import SentenceTransformer
+    src = os.path.join(MODELS, CHECKPOINTS[name])
+    if backend == "torch":
+        return SentenceTransformer(src, device="cpu")
+    from sentence_transformers import export_dynamic_quantized_onnx_model
+    # Exported outside the model directory, once.
+    d = f"/tmp/st-onnx-{name}"
+    q8 = os.path.join(d, "onnx", "model_qint8_avx2.onnx")
+    if not os.path.exists(q8):
+        m = SentenceTransformer(src, backend="onnx")
+        m.save_pretrained(d)
+        export_dynamic_quantized_onnx_model(m, "avx2", d)
+    file = "onnx/model_qint8_avx2.onnx" if backend == "onnx-int8" else "onnx/model.onnx"
+    return SentenceTransformer(d, backend="onnx", model_kwargs={"file_name": file})
+
+
+def bench_st(args, name, backend="torch"):
     try:
         import torch
-        from sentence_transformers import SentenceTransformer
-    except ImportError as e:
-        return {"error": f"sentence-transformers does not import: {e}"}
-    torch.set_num_threads(os.cpu_count() or 1)
-    t0 = time.monotonic()
-    m = SentenceTransformer(os.path.join(MODELS, CHECKPOINTS[name]), device="cpu")
-    out = {"load_s": round(time.monotonic() - t0, 2), "torch": torch.__version__}
+        t0 = time.monotonic()
+        m = load_st(name, backend)
+    except Exception as e:  # ImportError, or an export the backend cannot do
+        return {"error": f"{backend}: {type(e).__name__}: {e}"}
+    torch.set_num_threads(args.threads or os.cpu_count() or 1)
+    out = {"backend": backend, "load_s": round(time.monotonic() - t0, 2),
+           "torch": torch.__version__}
     batch = texts(args.batch)
     for n in map(int, args.lengths.split(",")):
         m.max_seq_length = n
@@ -114,6 +181,8 @@ def bench_st(args, name):
             m.encode(batch, batch_size=args.batch)
             rates.append(args.batch / (time.monotonic() - t))
         out[f"{n}_tok_sent_per_s"] = round(statistics.median(rates), 1)
+    if args.latency:
+        out["query_16_tok"] = latency_st(m, args.latency)
     return out
 
 
@@ -127,6 +196,12 @@ def main():
     p.add_argument("--lengths", default="32,256", help="input lengths in tokens")
     p.add_argument("--port", type=int, default=8391)
     p.add_argument("--st", action="store_true", help="also run sentence-transformers")
+    p.add_argument("--onnx", action="store_true",
+                   help="also sentence-transformers' ONNX backend, f32 and int8")
+    p.add_argument("--threads", type=int, default=0,
+                   help="compute threads of both engines (default: all cores)")
+    p.add_argument("--latency", type=int, default=0,
+                   help="batch-1 latency over this many 16-token queries")
     args = p.parse_args()
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} CPUs, "
           f"load average {os.getloadavg()[0]:.2f}", flush=True)
@@ -134,8 +209,9 @@ def main():
         for q in args.quantization.split(","):
             r = bench_pagoda(args, name, q, args.port)
             print(json.dumps({"engine": "pagoda", "model": name, "quantization": q, **r}), flush=True)
-        if args.st:
-            r = bench_st(args, name)
+        backends = (["torch"] if args.st else []) + (["onnx", "onnx-int8"] if args.onnx else [])
+        for backend in backends:
+            r = bench_st(args, name, backend)
             print(json.dumps({"engine": "sentence-transformers", "model": name, **r}), flush=True)
     print(f"# load average after {os.getloadavg()[0]:.2f}")
 

@@ -4,6 +4,7 @@
 
 mod attention;
 mod batch_invariance;
+mod bidirectional;
 mod gemm;
 mod matmul;
 mod ops;

@@ -11,8 +11,9 @@
 //! `scales[i / head_dim]`, so a block's values and scales are both a function of its id.
 //! Query `i` of request `s` sits at `p = seq_len - q_len + i` and sees keys `p' <= p` (and with a
 //! sliding window `W`, only `p - p' < W`: llama.cpp's gemma3 SWA mask). With
-//! [`Mask::Bidirectional`] (encoders, whose whole sequence is the step's queries) it sees every
-//! key of its sequence, and with a window only `|p - p'| < W`.
+//! [`Mask::Bidirectional`] (a whole sequence as the step's queries) it sees every key of its
+//! sequence, and with a window only `|p - p'| < W`. The encoders do not come here: they run
+//! `bidirectional.rs`, which needs no paged KV.
 //!
 //! Work item = (request, kv head, chunk of queries). An item keeps one online-softmax state
 //! (running max `m`, sum `l`, accumulator) per (query, head-of-the-group) row and walks the
@@ -39,8 +40,10 @@ use crate::cpu::{SimdLevel, simd_level};
 use crate::ops::use_avx2;
 use crate::parallel::{self, SharedMut};
 
+mod bidirectional;
 mod int8;
 mod job;
+pub use bidirectional::{Heads, bidirectional_attention, bidirectional_attention_at};
 pub use int8::{dequantize_rows, quantize_row};
 use job::Job;
 

@@ -10,7 +10,7 @@
 //! so a row's result does not depend on the batch it runs in.
 
 mod panels;
-mod tile;
+pub(crate) mod tile;
 
 pub use panels::{F32Panels, NR};
 
@@ -124,9 +124,10 @@ pub fn gemm_f32_at(level: SimdLevel, p: &F32Panels, x: &[f32], m: usize, y: &mut
     }
 }
 
-/// The output shared by the tasks, each writing its own (row block, panels) rectangle.
+/// The output shared by the tasks, each writing its own rectangle (here: a row block's panels;
+/// in `attention/bidirectional.rs`: a query block's head).
 #[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
+pub(crate) struct OutPtr(pub(crate) *mut f32);
 
 // SAFETY: tasks write disjoint rectangles, and `parallel::run` returns only after every task
 // has finished, while `y`'s borrow is still held.
@@ -136,7 +137,7 @@ impl OutPtr {
     /// # Safety
     /// `i` is within the output.
     #[inline(always)]
-    unsafe fn at(&self, i: usize) -> *mut f32 {
+    pub(crate) unsafe fn at(&self, i: usize) -> *mut f32 {
         unsafe { self.0.add(i) }
     }
 }

@@ -10,7 +10,7 @@ use std::arch::x86_64::*;
 use super::panels::NR;
 
 /// Most rows of C per call.
-pub(super) const MR: usize = 6;
+pub(crate) const MR: usize = 6;
 
 /// `c[i * ldc + j] = (load ? c[i * ldc + j] : 0) + sum_{kk < kc} a[i * lda + kk] * b[kk * NR + j]`
 /// for `i < MR`, `j < NR`, summed in order of `kk` with one fused multiply-add per term.
@@ -19,7 +19,7 @@ pub(super) const MR: usize = 6;
 /// `a` is readable at `i * lda + kk`, `b` at `kk * NR + j` (32-byte aligned for the AVX2 kernel)
 /// and `c` readable and writable at `i * ldc + j` for those ranges; the CPU runs the kernel's
 /// features.
-pub(super) type TileFn = unsafe fn(
+pub(crate) type TileFn = unsafe fn(
     a: *const f32,
     lda: usize,
     b: *const f32,
@@ -31,12 +31,12 @@ pub(super) type TileFn = unsafe fn(
 
 /// The AVX2 tiles for 1..=MR rows, at index `mr - 1`.
 #[cfg(target_arch = "x86_64")]
-pub(super) const AVX2: [TileFn; MR] = [
+pub(crate) const AVX2: [TileFn; MR] = [
     avx2::<1>, avx2::<2>, avx2::<3>, avx2::<4>, avx2::<5>, avx2::<6>,
 ];
 
 /// The scalar tiles, index as [`AVX2`].
-pub(super) const SCALAR: [TileFn; MR] = [
+pub(crate) const SCALAR: [TileFn; MR] = [
     scalar::<1>,
     scalar::<2>,
     scalar::<3>,

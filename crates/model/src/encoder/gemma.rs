@@ -1,5 +1,5 @@
 //! EmbeddingGemma's transformer: Gemma 3's blocks (`models/gemma3.rs`: the same weights, norms
-//! and projections) with bidirectional attention in place of the paged causal one, the sliding
+//! and projections) with bidirectional attention (`attention.rs`) in place of the paged causal one, the sliding
 //! layers seeing 256 tokens on each side of a token, then the final RMSNorm.
 
 use pagoda_kernels::ops::{self, Rope};
@@ -96,7 +96,7 @@ impl Gemma {
             let swa = c.is_swa_layer(il);
             let rope = if swa { &self.rope_swa } else { &self.rope };
             let window = swa.then_some(self.window);
-            let seq_attention = &mut s.attention;
+            let seq_attention = &s.attention;
             let attend = |a: &_, h: &[f32], out: &mut [f32], fs: &mut ForwardScratch| {
                 projections::qkv(w, c, rope, il, a, h, t, fs);
                 let attn = ensure(&mut fs.attn, t * qd);

@@ -1,6 +1,6 @@
 //! Encoders for embeddings: a BERT stack (post-norm LayerNorm, erf GELU, absolute positions)
 //! and EmbeddingGemma's (Gemma 3's blocks, bidirectional), both attending bidirectionally
-//! through the paged-attention kernel, then sentence-transformers' pooling, Dense projections
+//! over whole sequences (`attention.rs`, no KV), then sentence-transformers' pooling, Dense projections
 //! and L2 normalisation, or a cross-encoder's classifier head (`classifier.rs`). An encoder
 //! keeps no KV cache: `embed` runs whole sequences, every linear layer once over all of their
 //! tokens.
