@@ -70,7 +70,8 @@ pub struct ServeArgs {
     /// "max_concurrent_requests", "priority"}]}`. Re-read on SIGHUP.
     #[arg(long, env = "PAGODA_API_KEYS_FILE")]
     api_keys_file: Option<PathBuf>,
-    /// Require `Authorization: Bearer <KEY>` on `/metrics`.
+    /// Require `Authorization: Bearer <KEY>` on `/metrics` (the admin key and `admin`-scoped
+    /// keys are taken too).
     #[arg(long, env = "PAGODA_METRICS_API_KEY", hide_env_values = true)]
     metrics_api_key: Option<String>,
     /// `vllm`: `/metrics` also exports vLLM's names (`vllm:num_requests_waiting`,

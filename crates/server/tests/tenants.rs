@@ -228,9 +228,11 @@ async fn sighup_reload_adds_and_removes_keys() {
 }
 
 #[tokio::test]
-async fn metrics_need_their_key_and_api_keys_do_not_open_them() {
+async fn metrics_need_their_key_or_an_admin_one_and_api_keys_do_not_open_them() {
     assert_eq!(metrics(None).await.0, 401);
     assert_eq!(metrics(Some("kf1")).await.0, 401);
+    // An operator's `admin`-scoped key reads them too (issue 37: metrics under `admin`).
+    assert_eq!(metrics(Some("kops")).await.0, 200);
     let (st, text) = metrics(Some(METRICS_KEY)).await;
     assert_eq!(st, 200);
     assert!(text.contains("pagoda:tenant_requests_running{tenant=\"gina\"}"));

@@ -127,7 +127,9 @@ fn is_admin(state: &AppState, given: &str) -> bool {
         .is_some_and(|expected| constant_time_eq(&key_digest(given), expected))
 }
 
-/// Middleware of `/metrics`: with `--metrics-api-key`, requires that key.
+/// Middleware of `/metrics`: with `--metrics-api-key`, requires that key, the admin key
+/// (`--admin-api-key`) or a key with the `admin` scope (an operator's key reads what the
+/// scraper reads; an `inference` key does not: metrics name tenants and adapters).
 pub async fn require_metrics_key(
     State(state): State<AppState>,
     req: Request,
@@ -135,7 +137,15 @@ pub async fn require_metrics_key(
 ) -> Response {
     if let Some(expected) = state.metrics_key_digest() {
         let given = presented_key(req.headers());
-        let ok = given.is_some_and(|g| constant_time_eq(&key_digest(g), expected));
+        let scoped_admin = |g: &str| {
+            state
+                .tenants()
+                .resolve_with_scopes(g)
+                .is_some_and(|(_, scopes)| scopes.admin)
+        };
+        let ok = given.is_some_and(|g| {
+            constant_time_eq(&key_digest(g), expected) || is_admin(&state, g) || scoped_admin(g)
+        });
         if !ok {
             return refused(&state, given, req.uri().path());
         }
