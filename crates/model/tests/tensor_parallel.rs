@@ -142,7 +142,24 @@ fn engine_features_with_two_ranks() {
             (prompt, p)
         })
         .collect();
-    check_matches_one_rank(&TinyModel::qwen2(), base, &reqs);
+    check_matches_one_rank(&TinyModel::qwen2(), base.clone(), &reqs);
+    // And each feature did run with two ranks: the prompts' shared head came from the cache,
+    // and n-gram proposals were made and some accepted.
+    let two = EngineSetup {
+        tensor_parallel: TensorParallelConfig::new(2),
+        ..base
+    };
+    let (_, stats) = common::run_engine_with_stats(common::tiny(&TinyModel::qwen2()), &two, &reqs);
+    assert!(
+        stats.prefix_hit_tokens > 0,
+        "no prefix-cache hit: {}",
+        stats.prefix_queried_tokens
+    );
+    let spec = stats.spec.unwrap();
+    assert!(
+        spec.num_drafts > 0 && spec.num_accepted_tokens > 0,
+        "{spec:?}"
+    );
 }
 
 fn start_error(spec: &TinyModel, ranks: usize) -> ModelError {

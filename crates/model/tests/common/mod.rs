@@ -130,6 +130,15 @@ pub fn run_engine(
     setup: &EngineSetup,
     reqs: &[(Vec<u32>, SamplingParams)],
 ) -> Vec<Generated> {
+    run_engine_with_stats(model, setup, reqs).0
+}
+
+/// [`run_engine`], with the engine's counters at the end (to show a feature actually ran).
+pub fn run_engine_with_stats(
+    model: Model,
+    setup: &EngineSetup,
+    reqs: &[(Vec<u32>, SamplingParams)],
+) -> (Vec<Generated>, pagoda_core::EngineStats) {
     let (mut core, _) = build_engine(model, setup).unwrap();
     for (i, (prompt, params)) in reqs.iter().enumerate() {
         core.add_request(EngineRequest {
@@ -162,7 +171,7 @@ pub fn run_engine(
             }
         }
     }
-    out
+    (out, core.stats())
 }
 
 /// One greedy request's tokens, log-probabilities and cached prompt tokens.
