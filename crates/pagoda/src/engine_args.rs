@@ -103,6 +103,12 @@ pub struct EngineArgs {
     /// --tensor-parallel-size yet.
     #[arg(long, env = "PAGODA_PIPELINE_PARALLEL_SIZE", default_value_t = 1)]
     pub pipeline_parallel_size: usize,
+    /// NUMA placement of one rank's kernel threads (llama.cpp's flag): `distribute` spreads
+    /// them evenly over the nodes, `isolate` keeps them on the node the process started on
+    /// (and, without --threads, uses that node's CPUs). Not with more than one rank (those are
+    /// pinned per core group already).
+    #[arg(long, env = "PAGODA_NUMA", value_parser = ["distribute", "isolate"])]
+    pub numa: Option<String>,
     /// The sampling a request gets for the fields it does not set (vLLM's flag): `auto` takes
     /// the model's recommendation (a checkpoint directory's generation_config.json, the GGUF's
     /// general.sampling.* keys, else the catalog's entry for the file), `none` the built-in
@@ -150,6 +156,9 @@ impl EngineArgs {
                 tp.max(pp)
             ),
         }
+        if let Some(policy) = &self.numa {
+            self.place_numa(policy, tp * pp)?;
+        }
         let kv_cache_memory = match &self.kv_cache_memory {
             Some(s) => Some(parse_size(s).context("--kv-cache-memory")?),
             None => None,
@@ -196,6 +205,28 @@ impl EngineArgs {
                 self.pipeline_parallel_size,
             ),
         })
+    }
+}
+
+impl EngineArgs {
+    /// `--numa`: pins the kernel pool's threads by node (before the first kernel runs).
+    fn place_numa(&self, policy: &str, ranks: usize) -> anyhow::Result<()> {
+        use pagoda_model::tensor_parallel::numa::{self, NumaPolicy};
+        let policy: NumaPolicy = policy.parse().map_err(anyhow::Error::msg)?;
+        if ranks > 1 {
+            bail!(
+                "--numa {} places one rank's threads: with --tensor-parallel-size or --pipeline-parallel-size each rank is pinned to its own core group already (leave --numa out)",
+                policy.name()
+            );
+        }
+        let threads = self.threads.unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
+        });
+        let home = numa::apply(policy, threads);
+        if policy == NumaPolicy::Isolate && self.threads.is_none() && !home.is_empty() {
+            set_threads(Some(home.len()))?;
+        }
+        Ok(())
     }
 }
 

@@ -9,6 +9,7 @@ pub mod collective;
 pub mod error;
 pub mod group;
 pub mod layout;
+pub mod numa;
 pub mod rank;
 pub mod role;
 pub mod shard;
