@@ -103,6 +103,10 @@ pub struct EngineArgs {
     /// --tensor-parallel-size yet.
     #[arg(long, env = "PAGODA_PIPELINE_PARALLEL_SIZE", default_value_t = 1)]
     pub pipeline_parallel_size: usize,
+    /// Micro-batches each pipeline step is cut into [default: round(sqrt((stages - 1) x
+    /// rows / 4)), at least 1: a few decode rows stay whole].
+    #[arg(long, env = "PAGODA_PIPELINE_MICRO_BATCHES")]
+    pub pipeline_micro_batches: Option<usize>,
     /// NUMA placement of one rank's kernel threads (llama.cpp's flag): `distribute` spreads
     /// them evenly over the nodes, `isolate` keeps them on the node the process started on
     /// (and, without --threads, uses that node's CPUs). Not with more than one rank (those are
@@ -140,6 +144,9 @@ impl EngineArgs {
         }
         if pp == 0 {
             bail!("--pipeline-parallel-size must be at least 1");
+        }
+        if self.pipeline_micro_batches == Some(0) {
+            bail!("--pipeline-micro-batches must be at least 1");
         }
         let flag = if pp > 1 {
             "--pipeline-parallel-size"
@@ -201,9 +208,10 @@ impl EngineArgs {
             kv_disk: None,     // `pagoda serve --kv-disk-dir` sets it
             kv_transfer: None, // `pagoda serve --kv-role` sets it
             tensor_parallel: pagoda_model::TensorParallelConfig::new(self.tensor_parallel_size),
-            pipeline_parallel: pagoda_model::PipelineParallelConfig::new(
-                self.pipeline_parallel_size,
-            ),
+            pipeline_parallel: pagoda_model::PipelineParallelConfig {
+                micro_batches: self.pipeline_micro_batches,
+                ..pagoda_model::PipelineParallelConfig::new(self.pipeline_parallel_size)
+            },
         })
     }
 }

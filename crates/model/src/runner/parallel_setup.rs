@@ -65,7 +65,7 @@ pub(crate) fn executor(
             pp_cfg.size,
             pp_cfg
                 .micro_batches
-                .map_or("sqrt((stages - 1) x rows / 8)".to_string(), |m| m
+                .map_or("round(sqrt((stages - 1) x rows / 4))".to_string(), |m| m
                     .to_string())
         );
         CpuExecutor::pipeline_parallel(model, pp_cfg, plan, blocks, block_size)?
