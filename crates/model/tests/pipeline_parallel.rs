@@ -2,7 +2,8 @@
 //! kernels inline, each holding half the layers) give the same greedy tokens and the same
 //! log-probabilities to the bit as one process (a stage runs the same kernels on the same
 //! rows; only where the rows are computed changes), identical run to run; a step cut into
-//! micro-batches gives the logits of the whole step; each stage holds about half the weights;
+//! micro-batches gives the logits of the whole step (and so do prefix caching, chunked prefill,
+//! n-gram speculation and int8 KV); each stage holds about half the weights;
 //! the start-up errors; and a stage that panics mid-step fails its requests without a hang.
 #![allow(clippy::unwrap_used)]
 
@@ -12,10 +13,12 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use crate::common;
 
-use pagoda_core::{EngineRequest, FinishReason, SamplingParams};
+use pagoda_core::{
+    EngineRequest, FinishReason, NumSpecTokens, SamplingParams, SpecConfig, SpecMethod,
+};
 use pagoda_gguf::GgufFile;
 use pagoda_model::{
-    CpuExecutor, EngineSetup, ForwardBatch, KvGroupPlan, Logits, Model, ModelError,
+    CpuExecutor, EngineSetup, ForwardBatch, KvCacheDtype, KvGroupPlan, Logits, Model, ModelError,
     PipelineParallelConfig, PpError, SeqChunk, TensorParallelConfig, build_engine,
 };
 use pagoda_testkit::tiny_model::TinyModel;
@@ -103,6 +106,45 @@ fn qwen2_two_stages_match_one_process() {
 fn gemma3_two_stages_match_one_process() {
     // Sliding-window layers on both stages and the global one on the last: KV groups.
     check_matches_one_process(&TinyModel::gemma3());
+}
+
+#[test]
+fn engine_features_with_two_stages() {
+    // Prefix caching (shared prompt heads), chunked prefill (a 24-token cap per step), n-gram
+    // speculation (verify steps want logits on several rows of a sequence) and int8 KV, at
+    // once: still one process's bits, and each feature ran.
+    let mut one = base();
+    one.kv_cache_dtype = KvCacheDtype::Int8;
+    one.scheduler.long_prefill_token_threshold = 24;
+    one.speculative = Some(SpecConfig {
+        method: SpecMethod::Ngram { min_n: 1, max_n: 3 },
+        num_speculative_tokens: NumSpecTokens::Fixed(3),
+    });
+    let head = common::prompt(48, 4, 250, 9);
+    let reqs: Vec<_> = (0..3u32)
+        .map(|i| {
+            let mut prompt = head.clone();
+            prompt.extend(head.iter().take(8 + i as usize));
+            let mut p = SamplingParams::greedy(12);
+            p.ignore_eos = true;
+            p.logprobs = Some(2);
+            (prompt, p)
+        })
+        .collect();
+    let two = EngineSetup {
+        pipeline_parallel: pp(2, None),
+        ..one.clone()
+    };
+    let spec = TinyModel::qwen2();
+    let a = common::run_engine(common::tiny(&spec), &one, &reqs);
+    let (b, stats) = common::run_engine_with_stats(common::tiny(&spec), &two, &reqs);
+    assert_eq!(bits(&a), bits(&b), "two stages differ from one process");
+    assert!(stats.prefix_hit_tokens > 0, "no prefix-cache hit");
+    let spec = stats.spec.unwrap();
+    assert!(
+        spec.num_drafts > 0 && spec.num_accepted_tokens > 0,
+        "{spec:?}"
+    );
 }
 
 /// Three prompts of 7, 30 and 1 tokens in one step, on disjoint blocks.
