@@ -34,6 +34,9 @@ const CLOSED: u64 = 0xffff_ffff;
 
 static CONFIGURED_THREADS: AtomicUsize = AtomicUsize::new(0);
 static POOL: OnceLock<Pool> = OnceLock::new();
+/// Called with its index on each pool thread as the pool starts (the caller that starts it is
+/// 0, workers 1..): where `--numa` pins them.
+static PLACEMENT: OnceLock<Box<dyn Fn(usize) + Send + Sync>> = OnceLock::new();
 
 thread_local! {
     /// True on pool workers, and on a caller while it runs tasks: a nested `run` goes inline.
@@ -60,6 +63,19 @@ pub fn inline<R>(f: impl FnOnce() -> R) -> R {
 /// before the first kernel runs; later calls have no effect on a pool that already exists.
 pub fn set_num_threads(n: usize) {
     CONFIGURED_THREADS.store(n.max(1), Ordering::Relaxed);
+}
+
+/// Sets what each pool thread runs first with its index (0: the thread whose first kernel
+/// starts the pool, workers 1..): NUMA placement pins them there. Call once at start-up, before
+/// the first kernel runs; false when a placement was already set.
+pub fn set_thread_placement(f: impl Fn(usize) + Send + Sync + 'static) -> bool {
+    PLACEMENT.set(Box::new(f)).is_ok()
+}
+
+fn place(index: usize) {
+    if let Some(f) = PLACEMENT.get() {
+        f(index);
+    }
 }
 
 /// The number of threads (caller included) a `run` spreads over.
@@ -172,6 +188,7 @@ struct Shared {
 
 impl Pool {
     fn start(threads: usize) -> Self {
+        place(0);
         let shared: &'static Shared = Box::leak(Box::new(Shared {
             state: AtomicU64::new(0),
             n_tasks: AtomicUsize::new(0),
@@ -186,7 +203,10 @@ impl Pool {
         for i in 1..threads {
             let spawned = std::thread::Builder::new()
                 .name(format!("pagoda-worker-{i}"))
-                .spawn(move || worker_loop(shared));
+                .spawn(move || {
+                    place(i);
+                    worker_loop(shared)
+                });
             if spawned.is_ok() {
                 started += 1;
             }

@@ -48,6 +48,9 @@ pub enum ModelError {
     /// Tensor parallelism cannot split this model as asked, or a rank failed.
     #[error("tensor parallelism: {0}")]
     TensorParallel(#[from] crate::tensor_parallel::error::TpError),
+    /// Pipeline parallelism cannot cut this model as asked, or a stage failed.
+    #[error("pipeline parallelism: {0}")]
+    PipelineParallel(#[from] crate::pipeline_parallel::error::PpError),
     /// A generation request is malformed (empty prompt, bad sampling parameters...).
     #[error("invalid request: {0}")]
     InvalidRequest(String),

@@ -231,3 +231,15 @@ fn smollm2_three_ranks_match_llama_cpp() {
     };
     check_model_with(common::SMOLLM2, "smollm2-135m-q4_1.json", setup);
 }
+
+/// Pipeline parallelism on a real model, within the same bounds: SmolLM2 (which two
+/// tensor-parallel ranks cannot split: 9 query heads) as two stages of 15 layers. A stage runs
+/// the kernels one process runs on the same rows, so the figures are one process's.
+#[test]
+fn smollm2_two_stages_match_llama_cpp() {
+    let setup = pagoda_model::EngineSetup {
+        pipeline_parallel: pagoda_model::PipelineParallelConfig::new(2),
+        ..common::small_setup()
+    };
+    check_model_with(common::SMOLLM2, "smollm2-135m-q4_1.json", setup);
+}

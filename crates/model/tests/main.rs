@@ -19,6 +19,7 @@ mod lora;
 mod mistral_window;
 mod output_rows;
 mod pack_cache;
+mod pipeline_parallel;
 mod runner;
 mod sliding_window;
 mod speculative;

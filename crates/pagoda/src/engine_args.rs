@@ -97,6 +97,22 @@ pub struct EngineArgs {
     /// KV heads, running its kernels on its own thread; two all-reduces per layer.
     #[arg(long, env = "PAGODA_TENSOR_PARALLEL_SIZE", default_value_t = 1)]
     pub tensor_parallel_size: usize,
+    /// Stages the model's layers are cut into (pipeline parallelism, vLLM's flag): each stage
+    /// a thread pinned to its share of the cores, holding a contiguous run of layers and their
+    /// KV cache; each step's batch flows through the stages in micro-batches. Not combined with
+    /// --tensor-parallel-size yet.
+    #[arg(long, env = "PAGODA_PIPELINE_PARALLEL_SIZE", default_value_t = 1)]
+    pub pipeline_parallel_size: usize,
+    /// Micro-batches each pipeline step is cut into [default: round(sqrt((stages - 1) x
+    /// rows / 4)), at least 1: a few decode rows stay whole].
+    #[arg(long, env = "PAGODA_PIPELINE_MICRO_BATCHES")]
+    pub pipeline_micro_batches: Option<usize>,
+    /// NUMA placement of one rank's kernel threads (llama.cpp's flag): `distribute` spreads
+    /// them evenly over the nodes, `isolate` keeps them on the node the process started on
+    /// (and, without --threads, uses that node's CPUs). Not with more than one rank (those are
+    /// pinned per core group already).
+    #[arg(long, env = "PAGODA_NUMA", value_parser = ["distribute", "isolate"])]
+    pub numa: Option<String>,
     /// The sampling a request gets for the fields it does not set (vLLM's flag): `auto` takes
     /// the model's recommendation (a checkpoint directory's generation_config.json, the GGUF's
     /// general.sampling.* keys, else the catalog's entry for the file), `none` the built-in
@@ -122,15 +138,33 @@ impl EngineArgs {
 
     /// Checks the flags and turns them into an engine setup; sets the thread count.
     pub fn resolve(&self) -> anyhow::Result<EngineSetup> {
-        match (self.tensor_parallel_size, self.threads) {
-            (0, _) => bail!("--tensor-parallel-size must be at least 1"),
+        let (tp, pp) = (self.tensor_parallel_size, self.pipeline_parallel_size);
+        if tp == 0 {
+            bail!("--tensor-parallel-size must be at least 1");
+        }
+        if pp == 0 {
+            bail!("--pipeline-parallel-size must be at least 1");
+        }
+        if self.pipeline_micro_batches == Some(0) {
+            bail!("--pipeline-micro-batches must be at least 1");
+        }
+        let flag = if pp > 1 {
+            "--pipeline-parallel-size"
+        } else {
+            "--tensor-parallel-size"
+        };
+        match (tp * pp, self.threads) {
             (1, threads) => set_threads(threads)?,
             // Each rank runs its kernels on its own thread; the shared pool would only
             // compete with the ranks for their cores.
             (_, None | Some(1)) => set_threads(Some(1))?,
-            (n, Some(t)) => bail!(
-                "--tensor-parallel-size {n} runs one thread per rank: --threads {t} is not supported with it yet (leave it out)"
+            (_, Some(t)) => bail!(
+                "{flag} {} runs one thread per rank: --threads {t} is not supported with it yet (leave it out)",
+                tp.max(pp)
             ),
+        }
+        if let Some(policy) = &self.numa {
+            self.place_numa(policy, tp * pp)?;
         }
         let kv_cache_memory = match &self.kv_cache_memory {
             Some(s) => Some(parse_size(s).context("--kv-cache-memory")?),
@@ -174,7 +208,33 @@ impl EngineArgs {
             kv_disk: None,     // `pagoda serve --kv-disk-dir` sets it
             kv_transfer: None, // `pagoda serve --kv-role` sets it
             tensor_parallel: pagoda_model::TensorParallelConfig::new(self.tensor_parallel_size),
+            pipeline_parallel: pagoda_model::PipelineParallelConfig {
+                micro_batches: self.pipeline_micro_batches,
+                ..pagoda_model::PipelineParallelConfig::new(self.pipeline_parallel_size)
+            },
         })
+    }
+}
+
+impl EngineArgs {
+    /// `--numa`: pins the kernel pool's threads by node (before the first kernel runs).
+    fn place_numa(&self, policy: &str, ranks: usize) -> anyhow::Result<()> {
+        use pagoda_model::tensor_parallel::numa::{self, NumaPolicy};
+        let policy: NumaPolicy = policy.parse().map_err(anyhow::Error::msg)?;
+        if ranks > 1 {
+            bail!(
+                "--numa {} places one rank's threads: with --tensor-parallel-size or --pipeline-parallel-size each rank is pinned to its own core group already (leave --numa out)",
+                policy.name()
+            );
+        }
+        let threads = self.threads.unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
+        });
+        let home = numa::apply(policy, threads);
+        if policy == NumaPolicy::Isolate && self.threads.is_none() && !home.is_empty() {
+            set_threads(Some(home.len()))?;
+        }
+        Ok(())
     }
 }
 

@@ -38,7 +38,7 @@ pub use embeddings::{
     Embedding, EmbeddingRequest, EmbeddingResponse, EmbeddingUsage, EmbeddingVector,
 };
 pub use error::{ErrorBody, ErrorResponse};
-pub use models::{ModelCard, ModelList};
+pub use models::{ModelCard, ModelList, ParallelLayout, RankCard};
 pub use rerank::{
     RerankDocument, RerankRequest, RerankResponse, RerankResult, RerankResultDocument, RerankUsage,
 };

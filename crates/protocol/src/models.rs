@@ -61,6 +61,41 @@ pub struct ModelCard {
     /// (`--generation-config`), each field, and `source` saying where they were published.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sampling_defaults: Option<serde_json::Value>,
+    /// pagoda: how a loaded model is split over ranks (tensor or pipeline parallelism; absent
+    /// for one rank).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallel: Option<ParallelLayout>,
+}
+
+/// The ranks a model is split over (`/v1/models` `parallel`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ParallelLayout {
+    /// Tensor-parallel ranks (`--tensor-parallel-size`).
+    pub tensor_parallel_size: usize,
+    /// Pipeline stages (`--pipeline-parallel-size`).
+    pub pipeline_parallel_size: usize,
+    /// In rank order.
+    pub ranks: Vec<RankCard>,
+}
+
+/// One rank's part: ranges are `[start, end)`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RankCard {
+    /// Its rank (rank 0 runs the scheduler; a pipeline's stage number).
+    pub rank: usize,
+    /// CPUs its thread is pinned to (empty: not pinned).
+    pub cpus: Vec<usize>,
+    /// Layers it runs.
+    pub layers: [usize; 2],
+    /// Query heads of those layers it holds.
+    pub heads: [usize; 2],
+    /// KV heads of those layers it holds (and caches).
+    pub kv_heads: [usize; 2],
+    /// Rows of the LM head it holds (absent on a pipeline stage before the last).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vocab: Option<[usize; 2]>,
+    /// Bytes of weights it holds.
+    pub weight_bytes: u64,
 }
 
 impl ModelCard {
@@ -80,6 +115,7 @@ impl ModelCard {
             aliases: Vec::new(),
             keep_alive: None,
             sampling_defaults: None,
+            parallel: None,
         }
     }
 }

@@ -17,6 +17,7 @@ mod metrics_names;
 mod models;
 mod openai_conformance;
 mod operations;
+mod parallel;
 mod rerank;
 mod speculative;
 mod structured;

@@ -90,6 +90,23 @@ impl KvGroupPlan {
     pub fn slot(&self, il: usize) -> usize {
         self.layer_slot.get(il).copied().unwrap_or(il)
     }
+
+    /// The plan of a pipeline stage holding `layers`: the same groups and tables, but with one
+    /// group its arenas are its own layers only. With several groups a block's slots serve
+    /// layers of either stage, so the arenas stay whole: pages of blocks the stage never
+    /// writes are never touched (the arenas are calloc'ed), but a block moving between groups
+    /// over time can reach every page.
+    pub fn for_layers(&self, layers: std::ops::Range<usize>) -> Self {
+        if self.groups.len() > 1 {
+            return self.clone();
+        }
+        let mut plan = self.clone();
+        for (il, slot) in plan.layer_slot.iter_mut().enumerate() {
+            *slot = il.saturating_sub(layers.start);
+        }
+        plan.layers_per_group = layers.len().max(1);
+        plan
+    }
 }
 
 fn gcd(a: usize, b: usize) -> usize {
@@ -99,6 +116,19 @@ fn gcd(a: usize, b: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stage_keeps_arenas_for_its_layers_only() {
+        let p = KvGroupPlan::single(24).for_layers(12..24);
+        assert_eq!((p.layers_per_group(), p.slot(12), p.slot(23)), (12, 0, 11));
+        assert_eq!(
+            KvGroupPlan::single(24).for_layers(0..24),
+            KvGroupPlan::single(24)
+        );
+        let swa: Vec<bool> = (0..18).map(|il| il % 6 != 5).collect();
+        let grouped = KvGroupPlan::from_layers(&swa, Some(512));
+        assert_eq!(grouped.for_layers(9..18), grouped);
+    }
 
     #[test]
     fn gemma_layers_split_into_equal_groups_full_first() {

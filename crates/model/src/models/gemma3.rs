@@ -42,6 +42,16 @@ impl Block {
         })
     }
 
+    pub(crate) fn weight_bytes(&self) -> u64 {
+        let norms = [
+            &self.attn_norm[..],
+            &self.post_attention_norm,
+            &self.ffn_norm,
+            &self.post_ffw_norm,
+        ];
+        super::weight_bytes::block(&self.attn, &self.ffn, &norms)
+    }
+
     /// `x += norm(attn(norm(x))); x += norm(ffn(norm(x)))` over the batch's T rows (the
     /// last layer: past its attention, over the rows `keep` names). The
     /// sliding window and its RoPE base are chosen per layer inside `Model::attention`.

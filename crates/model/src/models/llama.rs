@@ -34,6 +34,10 @@ impl Block {
         })
     }
 
+    pub(crate) fn weight_bytes(&self) -> u64 {
+        super::weight_bytes::block(&self.attn, &self.ffn, &[&self.attn_norm, &self.ffn_norm])
+    }
+
     /// `x += attn(norm(x)); x += ffn(norm(x))` over the batch's T rows (the
     /// last layer: past its attention, over the rows `keep` names).
     #[allow(clippy::too_many_arguments)]

@@ -2,27 +2,31 @@
 //! arena, gated FFN, embedding, LM head), and the forward pass over a flat batch. The per-block
 //! graphs live in `llama.rs` and `gemma3.rs`.
 
+mod forward;
 pub(crate) mod gemma3;
 mod llama;
 mod output_rows;
 pub(crate) mod projections;
 pub(crate) mod rows;
+mod weight_bytes;
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use pagoda_gguf::GgufFile;
 use pagoda_kernels::attention::{self, AttnBatch, KvScales, KvScalesMut};
 use pagoda_kernels::matmul::MatmulScratch;
-use pagoda_kernels::ops::{self, Rope};
+use pagoda_kernels::ops::Rope;
 use pagoda_kernels::parallel;
 
 use crate::config::{Architecture, KvCacheDtype, ModelConfig};
 use crate::kv::cache::Arenas;
-use crate::lora::{LoraAdapter, LoraRows};
+use crate::lora::LoraRows;
 use crate::pack_cache::{PackCache, PackCacheStatus, PackSession};
+use crate::pipeline_parallel::PpStage;
 use crate::tensor_parallel::{Shard, TpRank};
 use crate::weights::{Linear, Matrix, Weights};
-use crate::{ForwardBatch, KvCache, ModelError};
+use crate::{ForwardBatch, KvCache, KvGroupPlan, ModelError};
 use output_rows::OutputRows;
 
 /// A loaded model: configuration, weights (in the mmap) and RoPE tables. Stateless: the KV
@@ -34,8 +38,12 @@ pub struct Model {
     pack_cache: PackCacheStatus,
     token_embd: Matrix,
     output_norm: Vec<f32>,
-    /// The output projection: `output.weight`, or the token embedding when tied.
-    lm_head: Linear,
+    /// The output projection: `output.weight`, or the token embedding when tied (`None` on a
+    /// pipeline stage before the last).
+    lm_head: Option<Linear>,
+    /// The layers held (all of them but on a pipeline stage); `blocks[i]` is layer
+    /// `layers.start + i`.
+    layers: Range<usize>,
     blocks: Blocks,
     rope: Rope,
     rope_swa: Rope,
@@ -44,6 +52,8 @@ pub struct Model {
     /// The rank's group, with tensor parallelism: partial sums are all-reduced after each
     /// attention output and FFN, and the LM head's vocabulary slices gathered.
     tp: Option<TpRank>,
+    /// The model's pipeline, when this is one of its stages.
+    stage: Option<PpStage>,
 }
 
 enum Blocks {
@@ -146,14 +156,20 @@ impl Model {
     /// Builds the model from an open GGUF file, checking every tensor's shape and type; packs
     /// the weights with no cache (the file's path is unknown: see [`Model::load_cached`]).
     pub fn load(file: Arc<GgufFile>) -> Result<Self, ModelError> {
-        Self::load_with(file, PackSession::off(), None)
+        Self::load_with(file, PackSession::off(), None, None)
     }
 
     /// Rank `tp.rank`'s part of the model in `file` (`ffn_align` from
     /// [`crate::tensor_parallel::ffn_alignment`]). Packed without the cache: its layouts are
     /// the whole model's.
     pub(crate) fn load_rank(file: Arc<GgufFile>, tp: TpRank) -> Result<Self, ModelError> {
-        Self::load_with(file, PackSession::off(), Some(tp))
+        Self::load_with(file, PackSession::off(), Some(tp), None)
+    }
+
+    /// Pipeline stage `stage.stage`'s layers of the model in `file` (embeddings on the first,
+    /// the LM head on the last). Packed without the cache, as a tensor-parallel rank.
+    pub(crate) fn load_stage(file: Arc<GgufFile>, stage: PpStage) -> Result<Self, ModelError> {
+        Self::load_with(file, PackSession::off(), None, Some(stage))
     }
 
     /// [`Model::load`] for the file opened from `path`, with the packed weights cached where
@@ -164,13 +180,14 @@ impl Model {
         cache: &PackCache,
     ) -> Result<Self, ModelError> {
         let session = PackSession::open(path, &file, cache);
-        Self::load_with(file, session, None)
+        Self::load_with(file, session, None, None)
     }
 
     fn load_with(
         file: Arc<GgufFile>,
         pack: PackSession,
         tp: Option<TpRank>,
+        mut stage: Option<PpStage>,
     ) -> Result<Self, ModelError> {
         let config = ModelConfig::from_gguf(&file)?;
         if !config.causal {
@@ -187,29 +204,44 @@ impl Model {
             }
             None => Shard::whole(&config),
         };
+        let layers = match &mut stage {
+            Some(st) => {
+                st.plan_layers(config.n_layers)?;
+                st.layers.clone()
+            }
+            None => 0..config.n_layers,
+        };
+        let holds_head = stage.as_ref().is_none_or(PpStage::is_last);
         let mut weights = Weights::with_pack_session(file, pack);
         let c = &config;
         let token_embd = weights.matrix("token_embd.weight", c.vocab_size, c.d_model)?;
         let output_norm = weights.vector("output_norm.weight", c.d_model)?;
         // Tied embeddings when the file has no output.weight (llama.cpp: "output" falls back
         // to "token_embd" with TENSOR_DUPLICATED in load_tensors).
-        let lm_head = if weights.has("output.weight") {
-            weights.linear("output", c.vocab_size, c.d_model, false)?
+        let lm_head = if !holds_head {
+            None
+        } else if weights.has("output.weight") {
+            Some(weights.linear("output", c.vocab_size, c.d_model, false)?)
         } else {
-            Linear {
+            Some(Linear {
                 weight: token_embd.clone(),
                 bias: None,
-            }
+            })
         };
-        let lm_head = weights.packed(weights.slice(lm_head, shard.vocab.clone(), 0..c.d_model)?);
+        let lm_head = match lm_head {
+            Some(l) => Some(weights.packed(weights.slice(l, shard.vocab.clone(), 0..c.d_model)?)),
+            None => None,
+        };
         let blocks = match c.architecture {
             Architecture::Llama | Architecture::Qwen2 | Architecture::Qwen3 => Blocks::Llama(
-                (0..c.n_layers)
+                layers
+                    .clone()
                     .map(|il| llama::Block::load(&weights, c, il, &shard))
                     .collect::<Result<_, _>>()?,
             ),
             Architecture::Gemma3 => Blocks::Gemma3(
-                (0..c.n_layers)
+                layers
+                    .clone()
                     .map(|il| gemma3::Block::load_shard(&weights, c, il, &shard))
                     .collect::<Result<_, _>>()?,
             ),
@@ -225,12 +257,30 @@ impl Model {
             token_embd,
             output_norm,
             lm_head,
+            layers,
             blocks,
             rope,
             rope_swa,
             shard,
             tp,
+            stage,
         })
+    }
+
+    /// The layers this instance holds (all but on a pipeline stage).
+    pub fn layer_range(&self) -> Range<usize> {
+        self.layers.clone()
+    }
+
+    /// The pipeline stage this instance is, if any.
+    pub fn stage(&self) -> Option<&PpStage> {
+        self.stage.as_ref()
+    }
+
+    /// `plan` as this instance's KV cache lays it out: a pipeline stage keeps arenas for its
+    /// own layers only.
+    pub fn kv_plan(&self, plan: &KvGroupPlan) -> KvGroupPlan {
+        plan.for_layers(self.layers.clone())
     }
 
     /// The part of the model this instance holds.
@@ -249,11 +299,6 @@ impl Model {
         if let Some(tp) = &self.tp {
             tp.all_reduce(x);
         }
-    }
-
-    /// The rank's group, with tensor parallelism.
-    pub(crate) fn tp(&self) -> Option<&TpRank> {
-        self.tp.as_ref()
     }
 
     /// Opens `path` and loads the model in it, with the pack cache the environment chooses
@@ -294,93 +339,6 @@ impl Model {
     /// The GGUF the weights live in (tokenizer metadata is read from here too).
     pub fn gguf(&self) -> &GgufFile {
         self.weights.file()
-    }
-
-    /// Runs `batch` (already validated against this model, `adapters` and `kv`) and returns the
-    /// logits rows `[logits_indices.len()][vocab]`.
-    pub(crate) fn forward<'s>(
-        &self,
-        batch: &ForwardBatch,
-        adapters: &[Arc<LoraAdapter>],
-        kv: &mut KvCache,
-        s: &'s mut ForwardScratch,
-    ) -> &'s [f32] {
-        let c = &self.config;
-        let (t, d) = (batch.num_tokens(), c.d_model);
-        let x = ensure(&mut s.x, t * d);
-        for (row, &tok) in x.chunks_exact_mut(d).zip(&batch.token_ids) {
-            self.weights
-                .dequantize_row(&self.token_embd, tok as usize, row);
-            if let Some(scale) = c.embed_scale {
-                ops::scale_inplace(row, scale);
-            }
-        }
-        s.rope_angles[0].fill(&self.rope, &batch.positions);
-        if c.sliding_window.is_some() {
-            s.rope_angles[1].fill(&self.rope_swa, &batch.positions);
-        }
-        let mut x = std::mem::take(&mut s.x);
-        let mut out_rows = std::mem::take(&mut s.output_rows);
-        // Only a last layer drops rows (and the LM head below then reads them compacted).
-        let pruned = c.n_layers > 0 && out_rows.plan(batch);
-        let kept: &[u32] = if pruned { out_rows.rows() } else { &[] };
-        s.lora.plan(batch, adapters, kept);
-        let keep = |il: usize| (pruned && il + 1 == c.n_layers).then_some(&out_rows);
-        match &self.blocks {
-            Blocks::Llama(blocks) => {
-                for (il, b) in blocks.iter().enumerate() {
-                    b.forward(self, il, &mut x[..t * d], batch, kv, s, keep(il));
-                }
-            }
-            Blocks::Gemma3(blocks) => {
-                for (il, b) in blocks.iter().enumerate() {
-                    b.forward(self, il, &mut x[..t * d], batch, kv, s, keep(il));
-                }
-            }
-        }
-        s.output_rows = out_rows;
-        s.lora.clear();
-        // The LM head runs only over the rows whose logits are wanted: after a pruned last layer
-        // they are x's first rows, in order.
-        let n = batch.logits_indices.len();
-        let sel = ensure(&mut s.selected, n * d);
-        for (j, (row, &i)) in sel
-            .chunks_exact_mut(d)
-            .zip(&batch.logits_indices)
-            .enumerate()
-        {
-            let i = if pruned { j } else { i as usize };
-            ops::rms_norm(&x[i * d..][..d], &self.output_norm, c.rms_eps, row);
-        }
-        s.x = x;
-        let vocab = c.vocab_size;
-        let Some(tp) = &self.tp else {
-            let logits = ensure(&mut s.logits, n * vocab);
-            let sel = &s.selected[..n * d];
-            self.weights
-                .forward(&self.lm_head, sel, n, logits, &mut s.matmul);
-            return &s.logits[..n * vocab];
-        };
-        // Each rank's vocabulary rows, gathered in rank order, then put back row by row.
-        let part = self.shard.vocab.len();
-        let local = ensure(&mut s.local_logits, n * part);
-        let sel = &s.selected[..n * d];
-        self.weights
-            .forward(&self.lm_head, sel, n, local, &mut s.matmul);
-        let gathered = ensure(&mut s.gathered, n * vocab);
-        tp.all_gather(&s.local_logits[..n * part], gathered);
-        let logits = ensure(&mut s.logits, n * vocab);
-        let mut at = 0;
-        for cols in &self.shard.vocab_parts {
-            for (row, src) in logits
-                .chunks_exact_mut(vocab)
-                .zip(s.gathered[at..at + n * cols.len()].chunks_exact(cols.len().max(1)))
-            {
-                row[cols.clone()].copy_from_slice(src);
-            }
-            at += n * cols.len();
-        }
-        &s.logits[..n * vocab]
     }
 
     /// `out[t][d] = Wo . attention(h)`: q/k/v projections, optional per-head norms, RoPE, KV

@@ -4,65 +4,19 @@
 //! runner is wrapped in an `EngineCore`.
 
 use pagoda_core::config::{check_kv_budget, default_kv_budget};
-use pagoda_core::{CacheConfig, EngineCore, SchedulerConfig, SpecConfig, SpecMethod};
+use pagoda_core::{CacheConfig, EngineCore, SpecConfig, SpecMethod};
 use pagoda_speculative::{NgramProposer, SuffixConfig, SuffixProposer};
 
 use std::sync::Arc;
 
 use crate::kv::transfer::{self, KvSender, TransferStore};
-use crate::tensor_parallel::{self as tp, TensorParallelConfig, TpError};
+use crate::runner::parallel_setup;
+use crate::runner::setup::EngineSetup;
 use crate::{
-    CpuExecutor, DiskTier, DraftProposer, KvCacheDtype, KvDiskConfig, KvGroupPlan,
-    KvTransferConfig, Model, ModelError, ModelRunner,
+    CpuExecutor, DiskTier, DraftProposer, KvCacheDtype, KvDiskConfig, KvGroupPlan, Model,
+    ModelError, ModelRunner,
 };
 use pagoda_core::kv::KvRole;
-
-/// What a user may choose about the engine; `None` means the default.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EngineSetup {
-    pub scheduler: SchedulerConfig,
-    /// Bytes for all layers' K and V; default: a quarter of available memory, at most 4 GiB.
-    pub kv_cache_memory: Option<u64>,
-    pub block_size: usize,
-    pub enable_prefix_caching: bool,
-    /// Root seed of the prefix cache's block hashes (docs/scale-out.md).
-    pub prefix_cache_hash_seed: String,
-    /// Longest sequence; default: the model's training context, capped to the KV pool.
-    pub max_model_len: Option<usize>,
-    /// Element type of the KV cache: f16 by default (half the bytes attention reads and the
-    /// memory a token holds of f32).
-    pub kv_cache_dtype: KvCacheDtype,
-    /// Speculative decoding, when on (a draft model is passed to `build_engine_with_draft`).
-    pub speculative: Option<SpecConfig>,
-    /// Sliding-window layers get their own block tables and give back the blocks that left
-    /// their window (on by default; off keeps every layer's KV for every token, as before).
-    pub sliding_window_freeing: bool,
-    /// The disk tier of the prefix cache (`--kv-disk-dir`), off by default.
-    pub kv_disk: Option<KvDiskConfig>,
-    /// Prefill/decode disaggregation (`--kv-role`), off by default.
-    pub kv_transfer: Option<KvTransferConfig>,
-    /// Tensor parallelism (`--tensor-parallel-size`), one rank by default.
-    pub tensor_parallel: TensorParallelConfig,
-}
-
-impl Default for EngineSetup {
-    fn default() -> Self {
-        Self {
-            scheduler: SchedulerConfig::default(),
-            kv_cache_memory: None,
-            block_size: 16,
-            enable_prefix_caching: true,
-            prefix_cache_hash_seed: pagoda_core::kv::block_hash::DEFAULT_HASH_SEED.to_string(),
-            max_model_len: None,
-            kv_cache_dtype: KvCacheDtype::default(),
-            speculative: None,
-            sliding_window_freeing: true,
-            kv_disk: None,
-            kv_transfer: None,
-            tensor_parallel: TensorParallelConfig::default(),
-        }
-    }
-}
 
 /// The KV pool as sized, for the start-up log.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,7 +54,7 @@ pub fn build_engine_with_draft(
     model.set_kv_cache_dtype(setup.kv_cache_dtype);
     let config = model.config().clone();
     let ranks = setup.tensor_parallel.size;
-    check_tensor_parallel(&config, setup)?;
+    parallel_setup::check(&config, setup)?;
     // int8 scales included: a layer's share of one token's K and V, over all ranks (each
     // holds its KV heads; replicated heads count once per rank holding them).
     let kv_heads_held = if ranks > 1 {
@@ -192,18 +146,7 @@ pub fn build_engine_with_draft(
     };
     let eog_ids = config.eog_token_ids.clone();
     let vocab = config.vocab_size;
-    let mut exec = if ranks > 1 {
-        log_rank_layout(&model, ranks);
-        CpuExecutor::tensor_parallel(
-            model,
-            &setup.tensor_parallel,
-            plan,
-            cache.num_blocks,
-            cache.block_size,
-        )?
-    } else {
-        CpuExecutor::with_plan(model, plan, cache.num_blocks, cache.block_size)?
-    };
+    let mut exec = parallel_setup::executor(model, setup, plan, &cache)?;
     let tier = match &setup.kv_disk {
         Some(c) if setup.enable_prefix_caching => Some(Arc::new(open_tier(c, &mut exec, &cache)?)),
         Some(c) => {
@@ -262,59 +205,6 @@ pub fn build_engine_with_draft(
         report.max_model_len
     );
     Ok((core, report))
-}
-
-/// The start-up rules of tensor parallelism: the heads must split, and the features that
-/// copy or move KV blocks (which live on every rank) are not combined with it yet.
-fn check_tensor_parallel(
-    config: &crate::ModelConfig,
-    setup: &EngineSetup,
-) -> Result<(), ModelError> {
-    let ranks = setup.tensor_parallel.size;
-    tp::shard::check_heads(config, ranks)?;
-    if ranks == 1 {
-        return Ok(());
-    }
-    let unsupported = [
-        (setup.kv_disk.is_some(), "the KV disk tier (--kv-disk-dir)"),
-        (
-            setup.kv_transfer.is_some(),
-            "prefill/decode disaggregation (--kv-role)",
-        ),
-        (
-            setup.scheduler.context_shift_keep.is_some(),
-            "context shift (--context-shift)",
-        ),
-    ];
-    match unsupported.iter().find(|(on, _)| *on) {
-        Some((_, what)) => Err(TpError::Unsupported(what).into()),
-        None => Ok(()),
-    }
-}
-
-/// The start-up log lines of tensor parallelism: per rank, its CPUs and its part of `model`
-/// (the layout its threads will load; the heads were checked to split).
-fn log_rank_layout(model: &Model, ranks: usize) {
-    let (c, cpus) = (model.config(), tp::affinity::allowed_cpus());
-    let align = tp::ffn_alignment(model.gguf(), c);
-    tracing::info!(
-        ranks,
-        "tensor parallelism: {ranks} ranks as threads, shared-memory all-reduce (rank order), kernels inline on each rank"
-    );
-    for rank in 0..ranks {
-        let Ok(s) = tp::Shard::plan(c, rank, ranks, align) else {
-            continue; // the ranks' loads report it
-        };
-        tracing::info!(
-            rank,
-            cpus = ?tp::affinity::rank_cpus(&cpus, rank, ranks),
-            heads = ?s.heads,
-            kv_heads = ?s.kv_heads,
-            ffn_columns = ?s.ffn,
-            vocab_rows = ?s.vocab,
-            "tensor-parallel rank"
-        );
-    }
 }
 
 /// The byte path of prefill/decode disaggregation for this replica's role.

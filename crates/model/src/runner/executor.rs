@@ -6,12 +6,17 @@ use std::sync::Arc;
 
 use crate::lora::LoraAdapter;
 use crate::models::{ForwardScratch, Model};
+use crate::pipeline_parallel::{Mailboxes, PipelineParallelConfig, PipelineRoles};
 use crate::tensor_parallel::group::KvShape;
-use crate::tensor_parallel::{RankGroup, TensorParallelConfig, TpError};
+use crate::tensor_parallel::{
+    RankGroup, RankLayout, RankPart, RankRole, SharedMemoryCollective, TensorParallelConfig,
+    TensorRoles, affinity,
+};
 use crate::{ForwardBatch, KvCache, KvGroupPlan, ModelError};
 
-/// Runs forward passes of one model on the CPU. With tensor parallelism it is rank 0: its
-/// model and KV cache are rank 0's parts, and `group` runs the other ranks beside it.
+/// Runs forward passes of one model on the CPU. With tensor or pipeline parallelism it is
+/// rank 0: its model and KV cache are rank 0's parts (a shard, or stage 0's layers), and
+/// `group` runs the other ranks beside it.
 pub struct CpuExecutor {
     pub model: Model,
     pub kv_cache: KvCache,
@@ -33,7 +38,8 @@ impl CpuExecutor {
         num_blocks: usize,
         block_size: usize,
     ) -> Result<Self, ModelError> {
-        let kv_cache = KvCache::with_plan(model.config(), plan, num_blocks, block_size)?;
+        let kv_cache =
+            KvCache::with_plan(model.config(), model.kv_plan(&plan), num_blocks, block_size)?;
         Ok(Self {
             model,
             kv_cache,
@@ -51,6 +57,49 @@ impl CpuExecutor {
         num_blocks: usize,
         block_size: usize,
     ) -> Result<Self, ModelError> {
+        let roles = TensorRoles {
+            comm: Arc::new(SharedMemoryCollective::new(tp.size)),
+            counters: Arc::clone(&tp.counters),
+        };
+        Self::group(
+            model,
+            tp.size,
+            Arc::new(roles),
+            plan,
+            (num_blocks, block_size),
+        )
+    }
+
+    /// Stage 0 of `pp.size` pipeline stages over the file `model` was loaded from (dropped,
+    /// as with tensor parallelism).
+    pub fn pipeline_parallel(
+        model: Model,
+        pp: &PipelineParallelConfig,
+        plan: KvGroupPlan,
+        num_blocks: usize,
+        block_size: usize,
+    ) -> Result<Self, ModelError> {
+        let roles = PipelineRoles {
+            link: Arc::new(Mailboxes::new(pp.size)),
+            counters: Arc::clone(&pp.counters),
+            micro_batches: pp.micro_batches,
+        };
+        Self::group(
+            model,
+            pp.size,
+            Arc::new(roles),
+            plan,
+            (num_blocks, block_size),
+        )
+    }
+
+    fn group(
+        model: Model,
+        size: usize,
+        roles: Arc<dyn RankRole>,
+        plan: KvGroupPlan,
+        (num_blocks, block_size): (usize, usize),
+    ) -> Result<Self, ModelError> {
         let (file, dtype) = (model.file_arc(), model.config().kv_cache_dtype);
         drop(model);
         let kv = KvShape {
@@ -59,17 +108,30 @@ impl CpuExecutor {
             num_blocks,
             block_size,
         };
-        let (mut leader, group) =
-            RankGroup::start(file, tp.size, kv, std::sync::Arc::clone(&tp.counters))?;
+        let (mut leader, group) = RankGroup::start(file, size, kv, roles)?;
         leader.set_kv_cache_dtype(dtype);
         let mut exec = Self::with_plan(leader, plan, num_blocks, block_size)?;
         exec.group = Some(group);
         Ok(exec)
     }
 
-    /// The tensor-parallel group beside rank 0, when there is one.
+    /// The parallel group beside rank 0, when there is one.
     pub fn rank_group(&self) -> Option<&RankGroup> {
         self.group.as_ref()
+    }
+
+    /// Who holds what: the group's ranks, or this one process as one rank.
+    pub fn layout(&self) -> RankLayout {
+        let ranks = match &self.group {
+            Some(g) => g.parts().to_vec(),
+            None => vec![RankPart::of(&self.model, 0, affinity::allowed_cpus())],
+        };
+        let pp = self.model.stage().map_or(1, |s| s.size);
+        RankLayout {
+            tensor_parallel_size: if pp > 1 { 1 } else { ranks.len() },
+            pipeline_parallel_size: pp,
+            ranks,
+        }
     }
 
     /// Validates `batch`, runs it, and returns the logits rows `[logits_indices.len()][vocab]`.
@@ -113,7 +175,7 @@ impl CpuExecutor {
                 .forward(batch, adapters, &mut self.kv_cache, &mut self.scratch));
         };
         if !adapters.is_empty() {
-            return Err(TpError::Unsupported("LoRA adapters").into());
+            return Err(group.unsupported("LoRA adapters"));
         }
         let (model, kv, scratch) = (&self.model, &mut self.kv_cache, &mut self.scratch);
         group.step(batch, || {

@@ -8,5 +8,7 @@ pub mod draft;
 pub mod engine_setup;
 pub mod executor;
 pub mod model_runner;
+mod parallel_setup;
 mod sample_rows;
 mod seq_state;
+pub mod setup;

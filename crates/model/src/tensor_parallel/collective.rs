@@ -9,7 +9,7 @@ use thiserror::Error;
 pub enum CollectiveError {
     /// A rank failed (or the group is shutting down): the group aborted, and every waiting
     /// or later operation returns this instead of waiting for it.
-    #[error("the tensor-parallel group was aborted")]
+    #[error("the parallel group was aborted")]
     Aborted,
     /// A rank passed a buffer that does not fit the operation.
     #[error("collective buffer mismatch: {0}")]

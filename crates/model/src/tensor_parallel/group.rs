@@ -1,8 +1,8 @@
-//! `RankGroup`: the threads of ranks 1..N, each pinned to its CPUs, holding its model shard
-//! and KV cache, waiting for rank 0 (the engine thread) to hand it each step's batch. Every
-//! rank's kernels run inline on its own thread. A panic on any rank aborts the collective so
-//! no rank waits forever, and the group then fails every later step: the engine reports the
-//! error instead of hanging.
+//! `RankGroup`: the threads of ranks 1..N, each pinned to its CPUs, holding its part of the
+//! model (a tensor-parallel shard or a pipeline stage: `RankRole`) and its KV cache, waiting
+//! for rank 0 (the engine thread) to hand it each step's batch. Every rank's kernels run inline
+//! on its own thread. A panic on any rank aborts the group's waits so no rank waits forever,
+//! and the group then fails every later step: the engine reports the error instead of hanging.
 
 use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -15,10 +15,9 @@ use pagoda_gguf::GgufFile;
 use pagoda_kernels::parallel;
 
 use super::affinity;
-use super::collective::Collective;
-use super::error::TpError;
-use super::rank::{CollectivePanic, TpCounters, TpRank};
-use super::shared_memory::SharedMemoryCollective;
+use super::layout::RankPart;
+use super::rank::CollectivePanic;
+use super::role::RankRole;
 use crate::ModelError;
 use crate::config::KvCacheDtype;
 use crate::kv::cache::KvCache;
@@ -29,7 +28,7 @@ use crate::runner::batch::ForwardBatch;
 /// How long a rank spins for the next message before it blocks: decode steps follow each
 /// other within a millisecond, and a futex wake-up at each step's start would keep every
 /// other rank waiting at the first all-reduce (the kernel pool spins for the same reason).
-const SPIN_TIME: Duration = Duration::from_micros(500);
+pub(crate) const SPIN_TIME: Duration = Duration::from_micros(500);
 
 /// The next message on `rx`, spinning briefly before blocking; `None` once its sender is gone.
 fn receive<T>(rx: &Receiver<T>) -> Option<T> {
@@ -61,12 +60,14 @@ struct Worker {
 /// Ranks 1..N of a tensor-parallel group, as seen from rank 0.
 pub struct RankGroup {
     workers: Vec<Worker>,
-    comm: Arc<dyn Collective>,
+    roles: Arc<dyn RankRole>,
     /// Rank 0's CPUs: the engine thread pins itself to them at its first step.
     leader_cpus: Vec<usize>,
     leader_pinned: bool,
-    /// Set once a rank failed: every later step fails with it.
-    failed: Option<TpError>,
+    /// Set once a rank failed (its rank and message): every later step fails with it.
+    failed: Option<(usize, String)>,
+    /// Every rank's part, rank 0's included, in rank order.
+    parts: Vec<RankPart>,
 }
 
 /// How each rank's KV cache is built.
@@ -78,43 +79,43 @@ pub struct KvShape {
 }
 
 impl RankGroup {
-    /// Loads every rank's part of the model in `file`, each on a thread pinned to its share
-    /// of the CPUs (so its weights are first touched there), and starts ranks 1..N. Returns
-    /// rank 0's model (its thread ends) and the group.
+    /// Loads every rank's part of the model in `file` as `roles` says, each on a thread
+    /// pinned to its share of the CPUs (so its weights are first touched there), and starts
+    /// ranks 1..N. Returns rank 0's model (its thread ends) and the group.
     pub fn start(
         file: Arc<GgufFile>,
         size: usize,
         kv: KvShape,
-        counters: Arc<TpCounters>,
+        roles: Arc<dyn RankRole>,
     ) -> Result<(Model, Self), ModelError> {
-        let comm: Arc<dyn Collective> = Arc::new(SharedMemoryCollective::new(size));
         let cpus = affinity::allowed_cpus();
         let kv = Arc::new(kv);
         let (leader_tx, leader_rx) = channel();
+        let (part_tx, part_rx) = channel();
         let mut workers = Vec::new();
         let mut ready = Vec::new();
         for rank in 0..size {
             let rank_cpus = affinity::rank_cpus(&cpus, rank, size);
-            let tp = TpRank::new(rank, Arc::clone(&comm), Arc::clone(&counters));
-            let (file, kv) = (Arc::clone(&file), Arc::clone(&kv));
+            let (file, kv, role) = (Arc::clone(&file), Arc::clone(&kv), Arc::clone(&roles));
             let (jobs_tx, jobs_rx) = channel();
             let (done_tx, done_rx) = channel();
-            let leader_tx = leader_tx.clone();
+            let (leader_tx, part_tx) = (leader_tx.clone(), part_tx.clone());
             let spawned = std::thread::Builder::new()
-                .name(format!("pagoda-tp-rank-{rank}"))
+                .name(format!("pagoda-{}-rank-{rank}", roles.name()))
                 .spawn(move || {
                     let pinned = affinity::pin_current_thread(&rank_cpus);
-                    tracing::info!(rank, cpus = ?rank_cpus, pinned, "tensor-parallel rank loading");
-                    let model = Model::load_rank(file, tp);
+                    tracing::info!(rank, cpus = ?rank_cpus, pinned, kind = role.name(), "parallel rank loading");
+                    let model = role.load(file, rank);
                     if rank == 0 {
                         let _ = leader_tx.send(model);
                         return;
                     }
                     let exec = model.and_then(|mut m| {
+                        let _ = part_tx.send(RankPart::of(&m, rank, rank_cpus));
                         m.set_kv_cache_dtype(kv.dtype);
                         let cache = KvCache::with_plan(
                             m.config(),
-                            kv.plan.clone(),
+                            m.kv_plan(&kv.plan),
                             kv.num_blocks,
                             kv.block_size,
                         )?;
@@ -123,19 +124,14 @@ impl RankGroup {
                     match exec {
                         Ok(exec) => {
                             let _ = done_tx.send(Ok(()));
-                            serve(exec, &jobs_rx, &done_tx);
+                            serve(exec, role.as_ref(), &jobs_rx, &done_tx);
                         }
                         Err(e) => {
                             let _ = done_tx.send(Err(e.to_string()));
                         }
                     }
                 })
-                .map_err(|e| {
-                    ModelError::TensorParallel(TpError::RankFailed {
-                        rank,
-                        message: format!("cannot start its thread: {e}"),
-                    })
-                })?;
+                .map_err(|e| roles.failed(rank, format!("cannot start its thread: {e}")))?;
             if rank == 0 {
                 ready.push(spawned);
                 continue;
@@ -147,20 +143,18 @@ impl RankGroup {
                 thread: Some(spawned),
             });
         }
-        drop(leader_tx);
+        drop((leader_tx, part_tx));
         let mut group = Self {
             workers,
-            comm,
+            roles: Arc::clone(&roles),
             leader_cpus: affinity::rank_cpus(&cpus, 0, size),
             leader_pinned: false,
             failed: None,
+            parts: Vec::new(),
         };
-        let leader = leader_rx.recv().map_err(|_| {
-            ModelError::TensorParallel(TpError::RankFailed {
-                rank: 0,
-                message: "its loading thread ended".into(),
-            })
-        });
+        let leader = leader_rx
+            .recv()
+            .map_err(|_| roles.failed(0, "its loading thread ended".into()));
         for h in ready {
             let _ = h.join();
         }
@@ -168,21 +162,17 @@ impl RankGroup {
         for w in &group.workers {
             match w.done.recv() {
                 Ok(Ok(())) => {}
-                Ok(Err(message)) => {
-                    return Err(ModelError::TensorParallel(TpError::RankFailed {
-                        rank: w.rank,
-                        message,
-                    }));
-                }
+                Ok(Err(message)) => return Err(roles.failed(w.rank, message)),
                 Err(_) => {
-                    return Err(ModelError::TensorParallel(TpError::RankFailed {
-                        rank: w.rank,
-                        message: "its thread ended while loading".into(),
-                    }));
+                    return Err(roles.failed(w.rank, "its thread ended while loading".into()));
                 }
             }
         }
-        group.failed = None;
+        group
+            .parts
+            .push(RankPart::of(&leader, 0, group.leader_cpus.clone()));
+        group.parts.extend(part_rx.try_iter());
+        group.parts.sort_by_key(|p| p.rank);
         Ok((leader, group))
     }
 
@@ -191,12 +181,22 @@ impl RankGroup {
         self.workers.len() + 1
     }
 
+    /// Every rank's part, in rank order.
+    pub fn parts(&self) -> &[RankPart] {
+        &self.parts
+    }
+
+    /// The error for a feature this group's kind does not run yet.
+    pub(crate) fn unsupported(&self, what: &'static str) -> ModelError {
+        self.roles.unsupported(what)
+    }
+
     /// Runs one step: hands `batch` to every other rank, runs `own` (rank 0's forward pass,
     /// kernels inline) and waits for all. A failure on any rank fails this step and every
     /// later one.
-    pub fn step(&mut self, batch: &ForwardBatch, own: impl FnOnce()) -> Result<(), TpError> {
-        if let Some(e) = &self.failed {
-            return Err(e.clone());
+    pub fn step(&mut self, batch: &ForwardBatch, own: impl FnOnce()) -> Result<(), ModelError> {
+        if let Some((rank, message)) = &self.failed {
+            return Err(self.roles.failed(*rank, message.clone()));
         }
         if !self.leader_pinned {
             self.leader_pinned = true;
@@ -215,11 +215,11 @@ impl RankGroup {
         }
         if failure.is_some() {
             // A rank that did not get the step would leave the others waiting in it.
-            self.comm.abort();
+            self.roles.abort();
         }
         let own = catch_unwind(AssertUnwindSafe(|| parallel::inline(own)));
         let own_failure = own.err().map(|p| {
-            self.comm.abort();
+            self.roles.abort();
             (0, panic_message(p.as_ref()))
         });
         for w in &self.workers {
@@ -230,10 +230,9 @@ impl RankGroup {
         }
         // A worker's own error is the cause; rank 0 then only saw the aborted collective.
         if let Some((rank, message)) = failure.or(own_failure) {
-            tracing::error!(rank, %message, "tensor-parallel rank failed; the group is stopped");
-            let e = TpError::RankFailed { rank, message };
-            self.failed = Some(e.clone());
-            return Err(e);
+            tracing::error!(rank, %message, kind = self.roles.name(), "parallel rank failed; the group is stopped");
+            self.failed = Some((rank, message.clone()));
+            return Err(self.roles.failed(rank, message));
         }
         Ok(())
     }
@@ -254,7 +253,7 @@ impl RankGroup {
 
 impl Drop for RankGroup {
     fn drop(&mut self) {
-        self.comm.abort();
+        self.roles.abort();
         for w in &mut self.workers {
             w.jobs = None; // the worker's `recv` ends
         }
@@ -267,9 +266,11 @@ impl Drop for RankGroup {
 }
 
 /// A worker rank's loop: each step's forward pass (kernels inline) over its own KV cache,
-/// its outcome reported. Its logits were gathered to rank 0 inside the pass.
+/// its outcome reported. Its results reached rank 0 inside the pass (gathered logits, or the
+/// last pipeline stage's).
 fn serve(
     (model, mut kv): (Model, KvCache),
+    role: &dyn RankRole,
     jobs: &Receiver<Job>,
     done: &Sender<Result<(), String>>,
 ) {
@@ -288,9 +289,7 @@ fn serve(
             parallel::inline(|| model.forward(&batch, &[], &mut kv, &mut scratch));
         }));
         let outcome = ran.map_err(|p| {
-            if let Some(tp) = model.tp() {
-                tp.abort();
-            }
+            role.abort();
             panic_message(p.as_ref())
         });
         if done.send(outcome).is_err() {

@@ -8,7 +8,10 @@ pub mod affinity;
 pub mod collective;
 pub mod error;
 pub mod group;
+pub mod layout;
+pub mod numa;
 pub mod rank;
+pub mod role;
 pub mod shard;
 pub mod shared_memory;
 
@@ -19,7 +22,9 @@ use pagoda_gguf::GgufFile;
 pub use collective::{Collective, CollectiveError};
 pub use error::TpError;
 pub use group::RankGroup;
+pub use layout::{RankLayout, RankPart};
 pub use rank::{TpCounters, TpRank};
+pub use role::{RankRole, TensorRoles};
 pub use shard::Shard;
 pub use shared_memory::SharedMemoryCollective;
 

@@ -68,6 +68,8 @@ pub struct LoadedModel {
     /// Compiles constraints against this model's vocabulary (its token trie is built lazily).
     pub structured: Arc<StructuredOutputs>,
     pub report: KvReport,
+    /// Who holds what of the model (one rank without parallelism).
+    pub layout: pagoda_model::RankLayout,
     /// The KV events publisher, when on.
     pub kv_events: Option<KvEventsPublisher>,
     /// The model's hyper-parameters (adapters are checked against them).
@@ -117,6 +119,7 @@ pub fn load_engine(path: &Path, opts: &LoadOptions<'_>) -> Result<LoadedModel, L
         max_model_len = report.max_model_len,
         "engine built"
     );
+    let layout = core.executor().executor().layout();
     let (kv_events, queue) = match opts.kv_events {
         Some(c) => {
             let (publisher, queue) = KvEventsPublisher::start(c)?;
@@ -145,6 +148,7 @@ pub fn load_engine(path: &Path, opts: &LoadOptions<'_>) -> Result<LoadedModel, L
         template,
         structured,
         report,
+        layout,
         kv_events,
         config,
         sampling_defaults,

@@ -80,6 +80,10 @@ pub struct Loaded {
     pub kv_transfer: Option<Arc<pagoda_model::KvTransferCounters>>,
     /// Tensor parallelism's ranks and counters, for `/metrics` (more than one rank only).
     pub tensor_parallel: Option<(usize, Arc<pagoda_model::TpCounters>)>,
+    /// Pipeline parallelism's stages and counters, for `/metrics` (more than one stage only).
+    pub pipeline_parallel: Option<(usize, Arc<pagoda_model::PpCounters>)>,
+    /// Who holds what of the model, for `/v1/models`.
+    pub layout: pagoda_model::RankLayout,
     /// The model's recommended sampling (`--generation-config`), under a request's own fields.
     pub sampling_defaults: pagoda_frontend::SamplingDefaults,
     /// The engine's speculative decoding, which a request's `speculative` may only narrow.
@@ -231,5 +235,9 @@ pub fn load(path: &Path, s: &LoadSettings<'_>) -> Result<Served, LoadError> {
         tensor_parallel: Some(&s.setup.tensor_parallel)
             .filter(|t| t.size > 1)
             .map(|t| (t.size, Arc::clone(&t.counters))),
+        pipeline_parallel: Some(&s.setup.pipeline_parallel)
+            .filter(|p| p.size > 1)
+            .map(|p| (p.size, Arc::clone(&p.counters))),
+        layout: m.layout,
     }))
 }

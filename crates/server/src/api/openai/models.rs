@@ -1,11 +1,13 @@
 //! `GET /v1/models`: every model the server serves, loaded or not (the default first), with its
 //! task, state, size and context length (the file's while unloaded); then the default model's
-//! LoRA adapters (`parent` = the model), as vLLM lists them.
+//! LoRA adapters (`parent` = the model), as vLLM lists them. A model split over ranks has a
+//! `parallel` object: the sizes, and per rank its CPUs, layers, heads and weight bytes.
 
 use axum::Json;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use pagoda_protocol::{ModelCard, ModelList};
+use pagoda_model::RankLayout;
+use pagoda_protocol::{ModelCard, ModelList, ParallelLayout, RankCard};
 
 use crate::model::registry::Slot;
 use crate::model::served::{Served, Task};
@@ -45,6 +47,7 @@ fn card(state: &AppState, slot: &Slot) -> ModelCard {
             card.max_model_len = Some(s.max_model_len() as u32);
             if let Served::Generate(l) = s {
                 card.sampling_defaults = serde_json::to_value(&l.sampling_defaults).ok();
+                card.parallel = parallel(&l.layout);
             }
             s.task()
         }
@@ -55,4 +58,26 @@ fn card(state: &AppState, slot: &Slot) -> ModelCard {
     };
     card.task = Some(task.name().to_owned());
     card
+}
+
+/// The `parallel` object of a model split over more than one rank.
+fn parallel(l: &RankLayout) -> Option<ParallelLayout> {
+    let range = |r: &std::ops::Range<usize>| [r.start, r.end];
+    (l.ranks.len() > 1).then(|| ParallelLayout {
+        tensor_parallel_size: l.tensor_parallel_size,
+        pipeline_parallel_size: l.pipeline_parallel_size,
+        ranks: l
+            .ranks
+            .iter()
+            .map(|r| RankCard {
+                rank: r.rank,
+                cpus: r.cpus.clone(),
+                layers: range(&r.layers),
+                heads: range(&r.heads),
+                kv_heads: range(&r.kv_heads),
+                vocab: r.vocab.as_ref().map(range),
+                weight_bytes: r.weight_bytes,
+            })
+            .collect(),
+    })
 }

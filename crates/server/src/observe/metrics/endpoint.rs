@@ -44,6 +44,9 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
                 if let Some((ranks, c)) = &l.tensor_parallel {
                     crate::observe::metrics::tensor_parallel::render(&mut e, name, *ranks, c);
                 }
+                if let Some((stages, c)) = &l.pipeline_parallel {
+                    crate::observe::metrics::pipeline_parallel::render(&mut e, name, *stages, c);
+                }
                 crate::observe::metrics::engine::render_loras(&mut e, &stats, &l.loras);
             }
             Some(Served::Embed(emb)) => {

@@ -10,5 +10,6 @@ pub mod kv_disk;
 pub mod kv_transfer;
 pub mod labels;
 pub mod models;
+pub mod pipeline_parallel;
 pub mod speculative;
 pub mod tensor_parallel;
