@@ -4,7 +4,7 @@
 //! runner is wrapped in an `EngineCore`.
 
 use pagoda_core::config::{check_kv_budget, default_kv_budget};
-use pagoda_core::{CacheConfig, EngineCore, SchedulerConfig, SpecConfig, SpecMethod};
+use pagoda_core::{CacheConfig, EngineCore, SchedulerConfig, SloTargets, SpecConfig, SpecMethod};
 use pagoda_speculative::{NgramProposer, SuffixConfig, SuffixProposer};
 
 use std::sync::Arc;
@@ -43,6 +43,8 @@ pub struct EngineSetup {
     pub kv_transfer: Option<KvTransferConfig>,
     /// Tensor parallelism (`--tensor-parallel-size`), one rank by default.
     pub tensor_parallel: TensorParallelConfig,
+    /// The SLO policy's targets (`--slo`), off by default (docs/capacity.md).
+    pub slo: Option<SloTargets>,
 }
 
 impl Default for EngineSetup {
@@ -60,6 +62,7 @@ impl Default for EngineSetup {
             kv_disk: None,
             kv_transfer: None,
             tensor_parallel: TensorParallelConfig::default(),
+            slo: None,
         }
     }
 }
@@ -245,6 +248,17 @@ pub fn build_engine_with_draft(
             "speculative decoding: {} with {:?} tokens per step",
             spec.method.name(),
             spec.num_speculative_tokens
+        );
+    }
+    if let Some(targets) = setup.slo {
+        core.enable_slo(targets);
+        let ms = |d: Option<std::time::Duration>| {
+            d.map_or("none".into(), |d| format!("{} ms", d.as_millis()))
+        };
+        tracing::info!(
+            "SLO policy: TTFT {}, TPOT {} (steps sized to the TPOT target, requests predicted past the TTFT target refused)",
+            ms(targets.ttft),
+            ms(targets.tpot)
         );
     }
     tracing::info!(
