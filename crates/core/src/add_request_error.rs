@@ -1,5 +1,5 @@
 //! Why the engine refuses a request at admission: invalid as sent (`LimitError`), a
-//! duplicate id, or a full waiting queue.
+//! duplicate id, a full waiting queue, or a first token predicted past the SLO's TTFT.
 
 use thiserror::Error;
 
@@ -27,4 +27,14 @@ pub enum AddRequestError {
         "this request needs {requested} sequences (prompts x n) but at most {limit} may wait at once"
     )]
     NeverAdmissible { requested: usize, limit: usize },
+    /// The SLO policy predicts this request's first token after its TTFT target (`--slo`):
+    /// queued, it would miss it and delay every request behind it.
+    #[error(
+        "the server predicts this request's first token in {predicted_ttft_ms} ms, past its {ttft_target_ms} ms target; retry in {retry_after_secs} s"
+    )]
+    SloWouldBreak {
+        predicted_ttft_ms: u64,
+        ttft_target_ms: u64,
+        retry_after_secs: u64,
+    },
 }

@@ -19,6 +19,7 @@ use crate::kv::{BlockHash, KvCacheManager, KvEvent, KvTier};
 use crate::logprobs::PositionLogprobs;
 use crate::request::{FinishReason, Request, SeqId};
 use crate::sched::{Scheduler, SeqResult};
+use crate::slo::{SloGate, SloPolicy, SloTargets};
 use crate::speculative::{NumSpecTokens, SpecConfig};
 use crate::validation::{CheckedRequest, RequestLimits};
 
@@ -45,6 +46,8 @@ pub struct EngineCore<E: ModelExecutor> {
     peak_kv: (usize, usize),
     /// Parent of every request's first block hash, from `CacheConfig::hash_seed`.
     hash_root: BlockHash,
+    /// The SLO policy's door, given the load after every step (`None`: no SLO).
+    slo_gate: Option<Arc<SloGate>>,
 }
 
 impl<E: ModelExecutor> EngineCore<E> {
@@ -85,6 +88,7 @@ impl<E: ModelExecutor> EngineCore<E> {
             generation_tokens: 0,
             peak_kv: (0, 0),
             hash_root: root_hash(&cache.hash_seed),
+            slo_gate: None,
         }
     }
 
@@ -112,6 +116,34 @@ impl<E: ModelExecutor> EngineCore<E> {
         self.scheduler.set_speculation(config);
         if let Some(spec) = self.scheduler.speculation_mut() {
             spec.calibrate(&calibration.target, &calibration.draft);
+        }
+    }
+
+    /// Turns the SLO policy on (`--slo`). The executor is timed first, so the step budget and
+    /// the door predict from the first request; steps refine the curve as they run. Returns
+    /// the door the handle checks new requests at.
+    pub fn enable_slo(&mut self, targets: SloTargets) -> Arc<SloGate> {
+        let mut policy = SloPolicy::new(targets);
+        policy.calibrate(self.executor.calibrate().target);
+        self.enable_slo_policy(policy)
+    }
+
+    /// The same with a policy made elsewhere (a fixed cost curve, in tests).
+    pub fn enable_slo_policy(&mut self, policy: SloPolicy) -> Arc<SloGate> {
+        let gate = Arc::new(SloGate::new(policy.targets().ttft));
+        self.scheduler.set_slo(policy);
+        self.slo_gate = Some(Arc::clone(&gate));
+        self.publish_slo_load();
+        gate
+    }
+
+    pub fn slo_gate(&self) -> Option<&Arc<SloGate>> {
+        self.slo_gate.as_ref()
+    }
+
+    fn publish_slo_load(&self) {
+        if let (Some(gate), Some(load)) = (&self.slo_gate, self.scheduler.slo_load()) {
+            gate.publish(load);
         }
     }
 
@@ -376,7 +408,10 @@ impl<E: ModelExecutor> EngineCore<E> {
             let draft = exec.draft.map(|d| (d.forwards, d.seqs, d.seconds));
             spec.observe_step(computed, secs, draft);
         }
+        self.scheduler
+            .observe_step(plan.total_num_scheduled_tokens, secs);
         let updates = self.scheduler.update_from_output(&plan, &results);
+        self.publish_slo_load();
         let usage = self.scheduler.kv_slot_usage();
         if usage.0 >= self.peak_kv.0 {
             self.peak_kv = usage;

@@ -8,3 +8,4 @@ mod engine_thread;
 mod fair_scheduling;
 mod invariants;
 mod scheduler;
+mod slo;

@@ -13,12 +13,10 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use crate::common;
 
-use pagoda_core::{
-    EngineRequest, FinishReason, NumSpecTokens, SamplingParams, SpecConfig, SpecMethod,
-};
+use pagoda_core::{EngineRequest, FinishReason, SamplingParams};
 use pagoda_gguf::GgufFile;
 use pagoda_model::{
-    CpuExecutor, EngineSetup, ForwardBatch, KvCacheDtype, KvGroupPlan, Logits, Model, ModelError,
+    CpuExecutor, EngineSetup, ForwardBatch, KvGroupPlan, Logits, Model, ModelError,
     PipelineParallelConfig, PpError, SeqChunk, TensorParallelConfig, build_engine,
 };
 use pagoda_testkit::tiny_model::TinyModel;
@@ -110,27 +108,9 @@ fn gemma3_two_stages_match_one_process() {
 
 #[test]
 fn engine_features_with_two_stages() {
-    // Prefix caching (shared prompt heads), chunked prefill (a 24-token cap per step), n-gram
-    // speculation (verify steps want logits on several rows of a sequence) and int8 KV, at
-    // once: still one process's bits, and each feature ran.
-    let mut one = base();
-    one.kv_cache_dtype = KvCacheDtype::Int8;
-    one.scheduler.long_prefill_token_threshold = 24;
-    one.speculative = Some(SpecConfig {
-        method: SpecMethod::Ngram { min_n: 1, max_n: 3 },
-        num_speculative_tokens: NumSpecTokens::Fixed(3),
-    });
-    let head = common::prompt(48, 4, 250, 9);
-    let reqs: Vec<_> = (0..3u32)
-        .map(|i| {
-            let mut prompt = head.clone();
-            prompt.extend(head.iter().take(8 + i as usize));
-            let mut p = SamplingParams::greedy(12);
-            p.ignore_eos = true;
-            p.logprobs = Some(2);
-            (prompt, p)
-        })
-        .collect();
+    // Every feature at once (common/features.rs): still one process's bits, and each ran.
+    let one = common::features::with_features(base());
+    let reqs = common::features::shared_head_requests();
     let two = EngineSetup {
         pipeline_parallel: pp(2, None),
         ..one.clone()
@@ -139,12 +119,7 @@ fn engine_features_with_two_stages() {
     let a = common::run_engine(common::tiny(&spec), &one, &reqs);
     let (b, stats) = common::run_engine_with_stats(common::tiny(&spec), &two, &reqs);
     assert_eq!(bits(&a), bits(&b), "two stages differ from one process");
-    assert!(stats.prefix_hit_tokens > 0, "no prefix-cache hit");
-    let spec = stats.spec.unwrap();
-    assert!(
-        spec.num_drafts > 0 && spec.num_accepted_tokens > 0,
-        "{spec:?}"
-    );
+    common::features::assert_features_ran(&stats);
 }
 
 /// Three prompts of 7, 30 and 1 tokens in one step, on disjoint blocks.

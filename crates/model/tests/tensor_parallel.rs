@@ -9,12 +9,8 @@
 
 use crate::common;
 
-use pagoda_core::{
-    EngineRequest, FinishReason, NumSpecTokens, SamplingParams, SpecConfig, SpecMethod,
-};
-use pagoda_model::{
-    EngineSetup, KvCacheDtype, ModelError, TensorParallelConfig, TpError, build_engine,
-};
+use pagoda_core::{EngineRequest, FinishReason, SamplingParams};
+use pagoda_model::{EngineSetup, ModelError, TensorParallelConfig, TpError, build_engine};
 use pagoda_testkit::tiny_model::TinyModel;
 
 /// Log-probabilities of two ranks against one. The all-reduce sums the partial products in
@@ -122,44 +118,16 @@ fn gemma3_replicated_kv_head_two_ranks_match_one() {
 
 #[test]
 fn engine_features_with_two_ranks() {
-    // Prefix caching (shared prompt heads), chunked prefill (a 24-token cap per step),
-    // n-gram speculation and int8 KV, all at once.
-    let mut base = base();
-    base.kv_cache_dtype = KvCacheDtype::Int8;
-    base.scheduler.long_prefill_token_threshold = 24;
-    base.speculative = Some(SpecConfig {
-        method: SpecMethod::Ngram { min_n: 1, max_n: 3 },
-        num_speculative_tokens: NumSpecTokens::Fixed(3),
-    });
-    let head = common::prompt(48, 4, 250, 9);
-    let reqs: Vec<_> = (0..3u32)
-        .map(|i| {
-            let mut prompt = head.clone();
-            prompt.extend(head.iter().take(8 + i as usize));
-            let mut p = SamplingParams::greedy(12);
-            p.ignore_eos = true;
-            p.logprobs = Some(2);
-            (prompt, p)
-        })
-        .collect();
+    // Every feature at once (common/features.rs), then proof that each ran with two ranks.
+    let base = common::features::with_features(base());
+    let reqs = common::features::shared_head_requests();
     check_matches_one_rank(&TinyModel::qwen2(), base.clone(), &reqs);
-    // And each feature did run with two ranks: the prompts' shared head came from the cache,
-    // and n-gram proposals were made and some accepted.
     let two = EngineSetup {
         tensor_parallel: TensorParallelConfig::new(2),
         ..base
     };
     let (_, stats) = common::run_engine_with_stats(common::tiny(&TinyModel::qwen2()), &two, &reqs);
-    assert!(
-        stats.prefix_hit_tokens > 0,
-        "no prefix-cache hit: {}",
-        stats.prefix_queried_tokens
-    );
-    let spec = stats.spec.unwrap();
-    assert!(
-        spec.num_drafts > 0 && spec.num_accepted_tokens > 0,
-        "{spec:?}"
-    );
+    common::features::assert_features_ran(&stats);
 }
 
 fn start_error(spec: &TinyModel, ranks: usize) -> ModelError {

@@ -125,6 +125,12 @@ pub struct EngineArgs {
         value_name = "auto|none|FILE"
     )]
     pub generation_config: pagoda_frontend::GenerationConfigChoice,
+    /// Serve for goodput (docs/capacity.md): latency targets such as `ttft=2s,tpot=100ms`
+    /// (either or both). Each step holds only what fits the TPOT target, a request joins the
+    /// decode batch only while it still fits, and one predicted to get its first token past the
+    /// TTFT target is refused with 429 and a Retry-After instead of queued to miss it.
+    #[arg(long, env = "PAGODA_SLO", value_name = "ttft=..,tpot=..")]
+    pub slo: Option<String>,
     #[command(flatten)]
     pub speculative: SpeculativeArgs,
 }
@@ -212,6 +218,7 @@ impl EngineArgs {
                 micro_batches: self.pipeline_micro_batches,
                 ..pagoda_model::PipelineParallelConfig::new(self.pipeline_parallel_size)
             },
+            slo: self.slo.as_deref().map(slo_targets).transpose()?,
         })
     }
 }
@@ -238,6 +245,24 @@ impl EngineArgs {
     }
 }
 
+/// `--slo`: the text `pagoda bench --slo` reads too (one parser), keeping the targets the
+/// server can act on.
+fn slo_targets(text: &str) -> anyhow::Result<pagoda_core::SloTargets> {
+    let slo = pagoda_capacity::Slo::parse(text).context("--slo")?;
+    if slo.e2e_ms.is_some() {
+        bail!("--slo e2e=.. is a benchmark target: the server keeps ttft and tpot");
+    }
+    let ms = |v: Option<f64>| v.map(|ms| std::time::Duration::from_secs_f64(ms / 1e3));
+    let targets = pagoda_core::SloTargets {
+        ttft: ms(slo.ttft_ms),
+        tpot: ms(slo.tpot_ms),
+    };
+    if targets == pagoda_core::SloTargets::default() {
+        bail!("--slo needs a target: ttft=..,tpot=.. (either or both)");
+    }
+    Ok(targets)
+}
+
 /// `--threads`: the kernels' pool size (all cores when not given).
 pub fn set_threads(threads: Option<usize>) -> anyhow::Result<()> {
     if let Some(n) = threads {
@@ -255,5 +280,26 @@ pub(crate) fn positive_secs(flag: &str, secs: f64) -> anyhow::Result<std::time::
     match std::time::Duration::try_from_secs_f64(secs) {
         Ok(d) if !d.is_zero() => Ok(d),
         _ => anyhow::bail!("{flag} must be a number of seconds > 0"),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::slo_targets;
+    use std::time::Duration;
+
+    #[test]
+    fn slo_keeps_the_targets_the_server_acts_on() {
+        let t = slo_targets("ttft=2s,tpot=100ms").unwrap();
+        assert_eq!(t.ttft, Some(Duration::from_secs(2)));
+        assert_eq!(t.tpot, Some(Duration::from_millis(100)));
+        assert_eq!(
+            slo_targets("itl=50").unwrap().tpot,
+            Some(Duration::from_millis(50))
+        );
+        for bad in ["e2e=20s", "ttft=2s,e2e=20s", "", "ttft=fast", "p99=1s"] {
+            assert!(slo_targets(bad).is_err(), "{bad}");
+        }
     }
 }

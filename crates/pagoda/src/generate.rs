@@ -310,7 +310,7 @@ async fn drive(
     request: &ValidRequest,
     print: bool,
 ) -> anyhow::Result<Vec<Generated>> {
-    let mut generation = Generation::start(&m.engine, &m.tokenizer, request, None)?;
+    let mut generation = Generation::start(&m.engine, &m.tokenizer, request, None, None)?;
     let mut results: Vec<Generated> = (0..generation.num_choices())
         .map(|_| Generated::default())
         .collect();

@@ -67,6 +67,9 @@ async fn requests_over_the_queue_limit_are_400_and_a_full_queue_is_429_with_its_
     assert_eq!(st, 429, "{v}");
     let msg = error_of(&v)["message"].as_str().unwrap().to_owned();
     assert!(msg.contains("1 sequences are waiting"), "{msg}");
+    // Counted where /metrics renders refusals (it was counted into the model's own counters,
+    // which are not rendered, until the SLO policy's 429 needed the same count).
+    assert_eq!(rejected(&c, &s.base, "queue_full").await, 1.0);
     // None of its prompts ran (A decodes; no prompt is computed while B waits).
     assert_eq!(
         metric(&c, &s.base, "pagoda:prompt_tokens_total").await,
@@ -87,4 +90,52 @@ async fn requests_over_the_queue_limit_are_400_and_a_full_queue_is_429_with_its_
     drop(b.await.unwrap());
     wait_metric(&s, "pagoda:num_requests_running", 0.0).await;
     wait_metric(&s, "pagoda:num_requests_waiting", 0.0).await;
+}
+
+/// Under `--slo ttft=..`, a request whose first token is predicted past the target is a 429 with
+/// a Retry-After, counted as `reason="slo"`, and nothing of it runs (the policy's rule itself is
+/// tested on a virtual clock in crates/core/tests/slo.rs).
+#[tokio::test]
+async fn a_request_predicted_past_the_ttft_target_is_429_with_retry_after() {
+    let mut setup = small_setup();
+    // No CPU computes 400 prompt tokens in a millisecond: the prediction must refuse.
+    setup.slo = Some(pagoda_core::SloTargets {
+        ttft: Some(std::time::Duration::from_millis(1)),
+        tpot: None,
+    });
+    let s = TestServer::start(setup, config());
+    let c = client();
+    let before = metric(&c, &s.base, "pagoda:prompt_tokens_total").await;
+    let body = json!({"model": MODEL, "prompt": "word ".repeat(400), "max_tokens": 4});
+    let r = c
+        .post(s.url("/v1/completions"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 429);
+    let retry: u64 = r.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(retry >= 1);
+    let v: serde_json::Value = r.json().await.unwrap();
+    let msg = error_of(&v)["message"].as_str().unwrap();
+    assert!(msg.contains("past its 1 ms target"), "{msg}");
+    assert_eq!(rejected(&c, &s.base, "slo").await, 1.0);
+    assert_eq!(
+        metric(&c, &s.base, "pagoda:prompt_tokens_total").await,
+        before
+    );
+}
+
+/// `pagoda:request_rejected_total` for `reason`.
+async fn rejected(c: &reqwest::Client, base: &str, reason: &str) -> f64 {
+    let text = common::metrics_text(c, base).await;
+    let label = format!("reason=\"{reason}\"");
+    text.lines()
+        .find(|l| l.starts_with("pagoda:request_rejected_total") && l.contains(&label))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no {label} in\n{text}"))
 }

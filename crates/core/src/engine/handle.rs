@@ -15,6 +15,7 @@ use super::kv_event_queue::KvEventQueue;
 use super::step_turns::StepTurns;
 use super::stream_error::{StreamError, StreamItem};
 use crate::admission::Admission;
+use crate::slo::SloGate;
 use crate::validation::{CheckedRequest, RequestLimits};
 use crate::{EngineCore, EngineOutput, EngineRequest, EngineStats, ModelExecutor, RequestId};
 
@@ -44,6 +45,8 @@ pub struct EngineHandle {
     stats: Arc<Mutex<EngineStats>>,
     next_id: AtomicU64,
     admission: Arc<Admission>,
+    /// The SLO policy's door (`--slo ttft=..`), checked before a request takes its slots.
+    slo_gate: Option<Arc<SloGate>>,
     limits: RequestLimits,
     options: HandleOptions,
     thread: Mutex<Option<JoinHandle<()>>>,
@@ -70,6 +73,7 @@ impl EngineHandle {
         let (tx, rx) = mpsc::channel();
         let stats = Arc::new(Mutex::new(core.stats()));
         let admission = Arc::clone(core.admission());
+        let slo_gate = core.slo_gate().cloned();
         let limits = core.limits();
         let thread_stats = Arc::clone(&stats);
         let thread = std::thread::Builder::new()
@@ -83,6 +87,7 @@ impl EngineHandle {
             stats,
             next_id: AtomicU64::new(1),
             admission,
+            slo_gate,
             limits,
             options,
             thread: Mutex::new(Some(thread)),
@@ -99,20 +104,31 @@ impl EngineHandle {
         self.limits
     }
 
-    /// Checks `req` and submits it alone; `req.id` is replaced by a fresh id.
+    /// Checks `req` and submits it alone; `req.id` is replaced by a fresh id. For the server's
+    /// own requests (the warm-up): the SLO policy's door is for clients, not for them.
     pub fn add_request(&self, req: EngineRequest) -> Result<RequestStream, StreamError> {
         let req = self
             .limits
             .check(req)
             .map_err(|e| StreamError::Rejected(e.into()))?;
-        let mut streams = self.submit(vec![req])?;
+        let mut streams = self.enqueue(vec![req])?;
         streams.pop().ok_or(StreamError::Shutdown)
     }
 
     /// Queues checked requests together: their queue slots (one per sequence, `n` per request)
     /// are taken all at once or not at all, so a refused batch leaves nothing queued. Each
     /// request gets a fresh id and a stream, in order.
+    /// With `--slo`, a request predicted to miss its TTFT target is refused first.
     pub fn submit(&self, reqs: Vec<CheckedRequest>) -> Result<Vec<RequestStream>, StreamError> {
+        if let Some(gate) = &self.slo_gate {
+            let seqs = reqs.iter().map(|r| r.get().params.n.max(1) as usize).sum();
+            let tokens = reqs.iter().map(|r| r.get().prompt_token_ids.len()).sum();
+            gate.check(tokens, seqs).map_err(StreamError::Rejected)?;
+        }
+        self.enqueue(reqs)
+    }
+
+    fn enqueue(&self, reqs: Vec<CheckedRequest>) -> Result<Vec<RequestStream>, StreamError> {
         let total = reqs.iter().map(|r| r.get().params.n.max(1) as usize).sum();
         let mut slots = self
             .admission

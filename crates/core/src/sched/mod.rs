@@ -5,6 +5,8 @@ pub mod fair;
 pub mod output;
 pub mod queue;
 pub mod scheduler;
+mod slo_step;
+mod spec_slots;
 pub mod stop;
 mod tier_load;
 

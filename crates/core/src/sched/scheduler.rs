@@ -17,7 +17,8 @@ use super::stop::check_stop;
 use crate::config::SchedulerConfig;
 use crate::kv::{BlockId, ComputedBlocks, KvCacheManager, KvSend, KvTransfer, NULL_BLOCK};
 use crate::request::{FinishReason, Request, RequestStatus, SeqId};
-use crate::speculative::{SpecCandidate, SpecConfig, SpecController};
+use crate::slo::SloPolicy;
+use crate::speculative::{SpecConfig, SpecController};
 
 /// What the executor produced for one sequence in a step.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -55,17 +56,19 @@ pub struct SchedulerCounters {
 /// Requests, queues and block accounting of one engine.
 #[derive(Debug)]
 pub struct Scheduler {
-    config: SchedulerConfig,
+    pub(super) config: SchedulerConfig,
     pub(super) kv: KvCacheManager,
     eog_ids: Vec<u32>,
     pub(super) requests: HashMap<SeqId, Request>,
     waiting: WaitingQueue,
     /// In admission order.
-    running: Vec<SeqId>,
+    pub(super) running: Vec<SeqId>,
     /// Sequences the executor has seen (it holds their state until told they finished).
     known_to_executor: std::collections::HashSet<SeqId>,
     finished_since_last_step: Vec<SeqId>,
-    spec: Option<SpecController>,
+    pub(super) spec: Option<SpecController>,
+    /// The SLO policy (`--slo`): each step's budget and admission sized to the TPOT target.
+    pub(super) slo: Option<SloPolicy>,
     /// Shifts made since each sequence's last step, for its next `ScheduledSeq`.
     pub(super) pending_shifts: HashMap<SeqId, ContextShift>,
     /// Prompt blocks of finished prefill-role requests, held until the next step ships them.
@@ -86,6 +89,7 @@ impl Scheduler {
             known_to_executor: Default::default(),
             finished_since_last_step: Vec::new(),
             spec: None,
+            slo: None,
             pending_shifts: HashMap::new(),
             pending_sends: Vec::new(),
             counters: SchedulerCounters::default(),
@@ -210,7 +214,9 @@ impl Scheduler {
             finished_seq_ids: std::mem::take(&mut self.finished_since_last_step),
             ..Default::default()
         };
-        let mut budget = self.config.max_num_batched_tokens;
+        // Under the SLO policy the budget is what keeps the step within the TPOT target, and a
+        // token of it is kept for each decode until its turn, so no prefill ahead takes it.
+        let (mut budget, mut reserve) = self.step_budget();
         let now = Instant::now();
 
         // Running sequences first, in admission order.
@@ -221,7 +227,10 @@ impl Scheduler {
                 out.preempted_seq_ids.push(seq);
                 continue; // recomputed after its shift; index i now holds the next one
             }
-            let n = self.num_new_tokens(seq, 0, budget);
+            if self.is_decoding(seq) {
+                reserve = reserve.saturating_sub(1);
+            }
+            let n = self.num_new_tokens(seq, 0, budget.saturating_sub(reserve));
             if n == 0 {
                 i += 1;
                 continue;
@@ -263,6 +272,11 @@ impl Scheduler {
             for seq in candidates {
                 if budget == 0 || self.running.len() >= self.config.max_num_seqs {
                     break;
+                }
+                if let Some(slo) = &self.slo
+                    && !slo.admits(self.running.len() + 1)
+                {
+                    break; // one more decode would break the TPOT target: first come waits
                 }
                 let lora = self.requests.get(&seq).and_then(Request::lora_digest);
                 if let Some(d) = lora
@@ -360,79 +374,6 @@ impl Scheduler {
             }
         }
         out
-    }
-
-    /// Hands the step's leftover budget to decoding sequences as proposal slots, as the
-    /// controller decides; a sequence whose extra blocks do not fit simply does not speculate.
-    fn add_speculation(&mut self, out: &mut SchedulerOutput, budget: usize) {
-        let Some(spec) = self.spec.as_mut() else {
-            return;
-        };
-        let max_model_len = self.config.max_model_len;
-        let prior = spec.prior();
-        let mut cands = Vec::new();
-        let mut idx = Vec::new();
-        for (i, s) in out.scheduled.iter().enumerate() {
-            let Some(r) = self.requests.get(&s.seq_id) else {
-                continue;
-            };
-            let decoding = s.num_scheduled_tokens == 1
-                && r.num_computed_tokens + 1 == r.num_tokens()
-                && r.num_output_tokens() > 0;
-            let mut cap = r.tokens_left(max_model_len).saturating_sub(1);
-            // The request's own cap (`"speculative"` in its body); 0 turns it off.
-            if let Some(k) = r.params.num_speculative_tokens {
-                cap = cap.min(k as usize);
-            }
-            if decoding && cap > 0 {
-                cands.push(SpecCandidate {
-                    seq_id: s.seq_id,
-                    rate: r.acceptance.rate(prior),
-                    cap,
-                });
-                idx.push(i);
-            }
-        }
-        if cands.is_empty() {
-            return;
-        }
-        let base_tokens = out.scheduled.iter().map(|s| s.num_scheduled_tokens).sum();
-        let base_outputs = out
-            .scheduled
-            .iter()
-            .filter(|s| {
-                self.requests.get(&s.seq_id).is_some_and(|r| {
-                    r.num_computed_tokens + s.num_scheduled_tokens >= r.num_tokens()
-                })
-            })
-            .count();
-        let ks = spec.choose(base_tokens, base_outputs, budget, &cands);
-        for ((c, &i), k) in cands.iter().zip(&idx).zip(ks) {
-            let Some(req) = self.requests.get_mut(&c.seq_id) else {
-                continue;
-            };
-            if k == 0 {
-                req.acceptance.fade();
-                continue;
-            }
-            let req = &self.requests[&c.seq_id];
-            let Some(extra) = self
-                .kv
-                .allocate_slots(req, 1 + k, &ComputedBlocks::default())
-            else {
-                // No blocks to spare: this step decodes one token.
-                if let Some(spec) = self.spec.as_mut() {
-                    spec.counters.num_unsupported += 1;
-                }
-                continue;
-            };
-            let s = &mut out.scheduled[i];
-            for (ids, more) in s.block_ids.iter_mut().zip(extra) {
-                ids.extend(more);
-            }
-            s.num_scheduled_tokens += k;
-            s.num_spec_tokens = k;
-        }
     }
 
     /// Tokens `seq` would compute this step after a prefix hit of `hit` tokens.

@@ -190,6 +190,17 @@ pub fn build_engine_with_draft(
             spec.num_speculative_tokens
         );
     }
+    if let Some(targets) = setup.slo {
+        core.enable_slo(targets);
+        let ms = |d: Option<std::time::Duration>| {
+            d.map_or("none".into(), |d| format!("{} ms", d.as_millis()))
+        };
+        tracing::info!(
+            "SLO policy: TTFT {}, TPOT {} (steps sized to the TPOT target, requests predicted past the TTFT target refused)",
+            ms(targets.ttft),
+            ms(targets.tpot)
+        );
+    }
     tracing::info!(
         "KV cache ({}): {} bytes per token, {} blocks of {} tokens x {} layers ({:.1} MiB); {} groups ({} sliding-window); capacity {} tokens of KV in every layer, one sequence up to {} tokens; max_model_len {}",
         setup.kv_cache_dtype.name(),

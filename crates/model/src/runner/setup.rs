@@ -1,8 +1,8 @@
 //! `EngineSetup`: what a user may choose about an engine (scheduler limits, the KV budget,
 //! block size and element type, prefix caching, speculation, the KV disk tier and transfer,
-//! tensor and pipeline parallelism), each with its default.
+//! tensor and pipeline parallelism, the SLO policy), each with its default.
 
-use pagoda_core::{SchedulerConfig, SpecConfig};
+use pagoda_core::{SchedulerConfig, SloTargets, SpecConfig};
 
 use crate::pipeline_parallel::PipelineParallelConfig;
 use crate::tensor_parallel::TensorParallelConfig;
@@ -36,6 +36,8 @@ pub struct EngineSetup {
     pub tensor_parallel: TensorParallelConfig,
     /// Pipeline parallelism (`--pipeline-parallel-size`), one stage by default.
     pub pipeline_parallel: PipelineParallelConfig,
+    /// The SLO policy's targets (`--slo`), off by default (docs/capacity.md).
+    pub slo: Option<SloTargets>,
 }
 
 impl Default for EngineSetup {
@@ -54,6 +56,7 @@ impl Default for EngineSetup {
             kv_transfer: None,
             tensor_parallel: TensorParallelConfig::default(),
             pipeline_parallel: PipelineParallelConfig::default(),
+            slo: None,
         }
     }
 }

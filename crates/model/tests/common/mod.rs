@@ -7,6 +7,8 @@ use std::process::Command;
 
 use pagoda_model::Model;
 
+pub mod features;
+
 pub const SMOLLM2: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 pub const GEMMA3: &str = "gemma-3-270m-q4_k_m.gguf";
 pub const QWEN2: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";

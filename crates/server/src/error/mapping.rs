@@ -99,8 +99,9 @@ impl From<ValidationError> for ApiError {
     }
 }
 
-/// The engine's refusal at submission: 429 when the queue is full now (with its real length),
-/// 400 when the request could never fit, or is invalid.
+/// The engine's refusal at submission: 429 when the queue is full now (with its real length)
+/// or the SLO policy predicts a first token past its target (with a Retry-After), 400 when the
+/// request could never fit, or is invalid.
 pub fn admission_error(e: AddRequestError) -> ApiError {
     match e {
         AddRequestError::QueueFull {
@@ -125,6 +126,9 @@ pub fn admission_error(e: AddRequestError) -> ApiError {
             prompt: 0,
         }
         .into(),
+        AddRequestError::SloWouldBreak {
+            retry_after_secs, ..
+        } => ApiError::rate_limited(e.to_string(), retry_after_secs),
         AddRequestError::DuplicateId(_) => ApiError::internal(e.to_string()),
     }
 }

@@ -118,6 +118,7 @@ async fn run<E: GenerationEndpoint>(
         &loaded.tokenizer,
         &request,
         Some(Arc::clone(&lease.slot().metrics)),
+        Some(state.metrics()),
     )?
     .traced(trace(&state, info, tenant.as_deref(), lease.name()))
     .count_for(tenant);

@@ -75,12 +75,14 @@ pub struct Generation {
 
 impl Generation {
     /// Submits every prompt at once (all of them or none: 429 when the waiting queue cannot
-    /// take them now, 400 when it never could).
+    /// take them now or the SLO policy predicts them late, 400 when it never could). A 429 is
+    /// counted in `refusals`, the server's counters that `/metrics` renders (as a tenant's are).
     pub fn start(
         engine: &EngineHandle,
         tokenizer: &Arc<Tokenizer>,
         req: &ValidRequest,
         metrics: Option<Arc<Metrics>>,
+        refusals: Option<&Metrics>,
     ) -> Result<Self, ApiError> {
         let opts = TextStreamOptions {
             stop: req.text.stop.clone(),
@@ -104,12 +106,17 @@ impl Generation {
             }
         }
         let streams = engine.submit(req.requests.clone()).map_err(|e| {
-            if let (
-                Some(m),
-                StreamError::Rejected(pagoda_core::AddRequestError::QueueFull { .. }),
-            ) = (&metrics, &e)
-            {
-                m.count_rejected("queue_full");
+            let reason = match &e {
+                StreamError::Rejected(pagoda_core::AddRequestError::QueueFull { .. }) => {
+                    Some("queue_full")
+                }
+                StreamError::Rejected(pagoda_core::AddRequestError::SloWouldBreak { .. }) => {
+                    Some("slo")
+                }
+                _ => None,
+            };
+            if let (Some(m), Some(reason)) = (refusals, reason) {
+                m.count_rejected(reason);
             }
             stream_error(e)
         })?;

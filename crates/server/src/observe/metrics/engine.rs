@@ -30,6 +30,7 @@ pub const REJECT_REASONS: &[&str] = &[
     "invalid",
     "queue_full",
     "rate_limited",
+    "slo",
     "unauthorized",
     "unavailable",
 ];
