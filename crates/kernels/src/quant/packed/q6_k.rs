@@ -30,14 +30,17 @@ const BSUMS: usize = 260;
 pub(super) static KERNELS: PackedKernels = PackedKernels {
     group_bytes: GROUP_BYTES,
     pack_group,
-    gemm: [gemm::<1>, gemm::<2>, gemm::<3>, gemm::<4>],
+    gemm: &[
+        gemm::<1>, gemm::<2>, gemm::<3>, gemm::<4>, gemm::<5>, gemm::<6>, gemm::<7>, gemm::<8>,
+    ],
     gemv: None,
     vnni: None,
     max_mr: 3,
+    few_rows_mr: Some(8),
     unpacked: Some(Unpacked {
         block_bytes: UNPACKED_BYTES,
         unpack,
-        gemm: [
+        gemm: &[
             gemm_unpacked::<1>,
             gemm_unpacked::<2>,
             gemm_unpacked::<3>,
@@ -145,22 +148,19 @@ unsafe fn gemm_with<S: QuantSource, const MR: usize>(
         let mut acc = [_mm256_setzero_ps(); MR];
         for ib in 0..nb {
             let g = w.add(ib * S::BYTES);
-            if MR == 1 {
+            // One or two rows leave a call bound by the weights' reads (a decode step, a
+            // verify step of one proposal); more rows keep it busy computing, where the
+            // prefetches only took load slots (Qwen 1.5B steps of 9 and 16 rows).
+            if MR <= 2 {
                 super::prefetch_ahead(g, S::BYTES);
             }
             let ab = a.add(ib * ACT_BLOCK);
+            // A row's only state in this loop is its i32 sum (the offset term has a loop of
+            // its own below), so up to 8 rows share each sub-block's quants.
             let mut isum = [_mm256_setzero_si256(); MR];
-            let mut off = [_mm256_setzero_si256(); MR];
             for k in 0..8 {
                 let sc =
                     _mm256_cvtepi8_epi16(_mm_loadu_si128(g.add(SCALES + 16 * k) as *const __m128i));
-                // The offset: lanes 2r, 2r + 1 are row r's scales of sub-blocks 2k, 2k + 1
-                // against their bsums (each at most 16 * 127 in magnitude).
-                for i in 0..MR {
-                    let bp = ab.add(i * a_row + BSUMS + 4 * k) as *const i32;
-                    let bs = _mm256_set1_epi32(bp.read_unaligned());
-                    off[i] = _mm256_add_epi32(off[i], _mm256_madd_epi16(sc, bs));
-                }
                 for (half, dup) in [dup_even, dup_odd].into_iter().enumerate() {
                     let sub = 2 * k + half;
                     let s = _mm256_shuffle_epi8(sc, dup);
@@ -183,6 +183,18 @@ unsafe fn gemm_with<S: QuantSource, const MR: usize>(
                             _mm256_add_epi32(_mm256_madd_epi16(p01, s), _mm256_madd_epi16(p23, s));
                         isum[i] = _mm256_add_epi32(isum[i], p);
                     }
+                }
+            }
+            // The offset: lanes 2r, 2r + 1 are row r's scales of sub-blocks 2k, 2k + 1
+            // against their bsums (each at most 16 * 127 in magnitude).
+            let mut off = [_mm256_setzero_si256(); MR];
+            for k in 0..8 {
+                let sc =
+                    _mm256_cvtepi8_epi16(_mm_loadu_si128(g.add(SCALES + 16 * k) as *const __m128i));
+                for i in 0..MR {
+                    let bp = ab.add(i * a_row + BSUMS + 4 * k) as *const i32;
+                    let bs = _mm256_set1_epi32(bp.read_unaligned());
+                    off[i] = _mm256_add_epi32(off[i], _mm256_madd_epi16(sc, bs));
                 }
             }
             let dx = _mm256_cvtph_ps(_mm_loadu_si128(g as *const __m128i));
