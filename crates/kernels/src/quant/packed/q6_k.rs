@@ -155,12 +155,17 @@ unsafe fn gemm_with<S: QuantSource, const MR: usize>(
                 super::prefetch_ahead(g, S::BYTES);
             }
             let ab = a.add(ib * ACT_BLOCK);
-            // A row's only state in this loop is its i32 sum (the offset term has a loop of
-            // its own below), so up to 8 rows share each sub-block's quants.
+            // Up to 3 rows add their offset terms in this loop; from 4 rows on the offsets
+            // take a loop of their own below, so a row's only state here is its i32 sum and
+            // up to 8 rows share each sub-block's quants (in this loop, 4 rows' state spilled).
             let mut isum = [_mm256_setzero_si256(); MR];
+            let mut off = [_mm256_setzero_si256(); MR];
             for k in 0..8 {
                 let sc =
                     _mm256_cvtepi8_epi16(_mm_loadu_si128(g.add(SCALES + 16 * k) as *const __m128i));
+                if MR <= 3 {
+                    add_offsets(&mut off, sc, ab, a_row, k);
+                }
                 for (half, dup) in [dup_even, dup_odd].into_iter().enumerate() {
                     let sub = 2 * k + half;
                     let s = _mm256_shuffle_epi8(sc, dup);
@@ -185,16 +190,12 @@ unsafe fn gemm_with<S: QuantSource, const MR: usize>(
                     }
                 }
             }
-            // The offset: lanes 2r, 2r + 1 are row r's scales of sub-blocks 2k, 2k + 1
-            // against their bsums (each at most 16 * 127 in magnitude).
-            let mut off = [_mm256_setzero_si256(); MR];
-            for k in 0..8 {
-                let sc =
-                    _mm256_cvtepi8_epi16(_mm_loadu_si128(g.add(SCALES + 16 * k) as *const __m128i));
-                for i in 0..MR {
-                    let bp = ab.add(i * a_row + BSUMS + 4 * k) as *const i32;
-                    let bs = _mm256_set1_epi32(bp.read_unaligned());
-                    off[i] = _mm256_add_epi32(off[i], _mm256_madd_epi16(sc, bs));
+            if MR > 3 {
+                for k in 0..8 {
+                    let sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(
+                        g.add(SCALES + 16 * k) as *const __m128i
+                    ));
+                    add_offsets(&mut off, sc, ab, a_row, k);
                 }
             }
             let dx = _mm256_cvtph_ps(_mm_loadu_si128(g as *const __m128i));
@@ -207,6 +208,26 @@ unsafe fn gemm_with<S: QuantSource, const MR: usize>(
         }
         for i in 0..MR {
             _mm256_storeu_ps(y.add(i * ldy), acc[i]);
+        }
+    }
+}
+
+/// The offset term of scale pair `k` (`sc`: lanes 2r, 2r + 1 are row r's scales of sub-blocks
+/// 2k, 2k + 1) against each row's two bsums (each at most 16 * 127 in magnitude).
+#[inline(always)]
+unsafe fn add_offsets<const MR: usize>(
+    off: &mut [__m256i; MR],
+    sc: __m256i,
+    ab: *const u8,
+    a_row: usize,
+    k: usize,
+) {
+    // SAFETY: AVX2 callers only; the rows' activation blocks at `ab` are in bounds.
+    unsafe {
+        for i in 0..MR {
+            let bp = ab.add(i * a_row + BSUMS + 4 * k) as *const i32;
+            let bs = _mm256_set1_epi32(bp.read_unaligned());
+            off[i] = _mm256_add_epi32(off[i], _mm256_madd_epi16(sc, bs));
         }
     }
 }
