@@ -47,6 +47,11 @@ const ACT_PANEL: usize = 32;
 /// per group, and saves the bit manipulation of every later call on it.
 const UNPACK_MIN_ROWS: usize = 8;
 
+/// Products of at most this many activation rows (a speculative verify step, a small decode
+/// batch) take a type's wide kernels ([`PackedKernels`]'s `few_rows_mr`) where it has them: at
+/// most two calls per group, each weight block unpacked for up to 8 rows at once.
+const FEW_ROWS: usize = 16;
+
 thread_local! {
     /// One group's unpacked blocks (a few KB), reused across calls.
     static UNPACKED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
@@ -222,7 +227,7 @@ pub fn matmul_packed_into(
     let act = &mut scratch.act[..t * a_row];
     // Several rows of a type with VNNI kernels take them (one row stays on the streaming GEMV);
     // their activations are offset to unsigned as they are quantized.
-    let vnni = kern.vnni.as_ref().filter(|_| t > 1 && cpu::avx_vnni());
+    let vnni = kern.vnni.filter(|_| t > 1 && cpu::avx_vnni());
     parallel::for_rows(t, [&mut *act], &|rows, [part]| {
         let xs = x[rows.start * k..rows.end * k].chunks_exact(k);
         for (xr, ar) in xs.zip(part.chunks_exact_mut(a_row)) {
@@ -247,40 +252,47 @@ pub fn matmul_packed_into(
 
     // Prompt-sized products of types with an unpacked form (see `packed::Unpacked`) walk the
     // panels over unpacked groups; the others over the packed groups.
-    let unpacked = kern.unpacked.as_ref().filter(|_| t >= UNPACK_MIN_ROWS);
+    let few_rows_mr = kern.few_rows_mr.filter(|_| t <= FEW_ROWS);
+    let unpacked = kern
+        .unpacked
+        .as_ref()
+        .filter(|_| few_rows_mr.is_none() && t >= UNPACK_MIN_ROWS);
     // Rows `rows` of group `g` with kernels `gemm` over group blocks at `w`.
-    let run_rows =
-        |gemm: &[GemmFn; PACKED_MR], max_mr: usize, w: *const u8, g: usize, rows: Range<usize>| {
-            let mut edge = [0.0f32; GROUP_ROWS * PACKED_MR];
-            let j = g * GROUP_ROWS;
-            let full = j + GROUP_ROWS <= n;
-            let mut i = rows.start;
-            while i < rows.end {
-                let mr = max_mr.min(rows.end - i);
-                let a = act[i * a_row..].as_ptr();
-                // SAFETY: `p` was packed at the Avx2 level, so the CPU runs these kernels (the
-                // VNNI ones only when `cpu::avx_vnni` said so, their activations offset); `w`
-                // holds group g's `nb` blocks in the form `gemm` reads; rows i..i + mr < t of `act`
-                // are quantized with `nb` blocks each; a full group's outputs (i.., j..j + 8) lie
-                // inside one output part (`Outputs`), at that part's row stride, and only this task
-                // writes columns of group `g`; a partial group writes to `edge` (8 x MAX_MR)
-                // instead.
-                unsafe {
-                    if full {
-                        let (y, ldy) = out.at(i, j);
-                        (gemm[mr - 1])(w, nb, a, a_row, y, ldy);
-                    } else {
-                        (gemm[mr - 1])(w, nb, a, a_row, edge.as_mut_ptr(), GROUP_ROWS);
-                        for r in 0..mr {
-                            for c in 0..n - j {
-                                out.write(i + r, j + c, edge[r * GROUP_ROWS + c]);
-                            }
+    let run_rows = |gemm: &[GemmFn], max_mr: usize, w: *const u8, g: usize, rows: Range<usize>| {
+        let mut edge = [0.0f32; GROUP_ROWS * PACKED_MR];
+        let j = g * GROUP_ROWS;
+        let full = j + GROUP_ROWS <= n;
+        let mut i = rows.start;
+        while i < rows.end {
+            // Rows split as evenly as the fewest calls allow (5 rows as 3 + 2, 4 as
+            // 2 + 2): a call's shared work is paid once whatever its row count, and a
+            // one-row call does it for a single row.
+            let left = rows.end - i;
+            let mr = left.div_ceil(left.div_ceil(max_mr));
+            let a = act[i * a_row..].as_ptr();
+            // SAFETY: `p` was packed at the Avx2 level, so the CPU runs these kernels (the
+            // VNNI ones only when `cpu::avx_vnni` said so, their activations offset); `w`
+            // holds group g's `nb` blocks in the form `gemm` reads; rows i..i + mr < t of `act`
+            // are quantized with `nb` blocks each; a full group's outputs (i.., j..j + 8) lie
+            // inside one output part (`Outputs`), at that part's row stride, and only this task
+            // writes columns of group `g`; a partial group writes to `edge` (8 x MAX_MR)
+            // instead.
+            unsafe {
+                if full {
+                    let (y, ldy) = out.at(i, j);
+                    (gemm[mr - 1])(w, nb, a, a_row, y, ldy);
+                } else {
+                    (gemm[mr - 1])(w, nb, a, a_row, edge.as_mut_ptr(), GROUP_ROWS);
+                    for r in 0..mr {
+                        for c in 0..n - j {
+                            out.write(i + r, j + c, edge[r * GROUP_ROWS + c]);
                         }
                     }
                 }
-                i += mr;
             }
-        };
+            i += mr;
+        }
+    };
     let task = |task: usize| {
         let g_range = task * per_task..((task + 1) * per_task).min(groups);
         if let (1, Some(gemv)) = (t, kern.gemv) {
@@ -303,7 +315,7 @@ pub fn matmul_packed_into(
                 };
             }
             for g in full.start + STREAMS * q..g_range.end {
-                run_rows(&kern.gemm, 1, p.group(g).as_ptr(), g, 0..1);
+                run_rows(kern.gemm, 1, p.group(g).as_ptr(), g, 0..1);
             }
             return;
         }
@@ -311,33 +323,49 @@ pub fn matmul_packed_into(
             UNPACKED.with(|buf| {
                 let mut buf = buf.borrow_mut();
                 let group_len = nb * u.block_bytes;
-                buf.resize(g_range.len() * group_len, 0);
-                // All of the task's groups unpacked once (tens of KB, L2), then walked in
-                // panels of rows as the packed path does, so the panel stays in L1.
-                for (i, g) in g_range.clone().enumerate() {
-                    // SAFETY: AVX2 as above; the group holds `nb` group blocks and `buf` has
-                    // room for the task's groups' unpacked form.
-                    unsafe {
-                        (u.unpack)(p.group(g).as_ptr(), nb, buf[i * group_len..].as_mut_ptr())
-                    };
-                }
+                // With one panel of rows each group is done once unpacked, so one group at a
+                // time (L1 or L2) is enough: unpacking all of a task's groups first wrote and
+                // read back 15 MB per task for 8 rows over Qwen 1.5B's LM head. With more rows,
+                // all of them (tens of KB for a layer) are unpacked once and walked in panels
+                // of rows as the packed path does, so each panel stays in L1.
+                let chunk = if t <= ACT_PANEL {
+                    1
+                } else {
+                    g_range.len().max(1)
+                };
+                buf.resize(chunk * group_len, 0);
                 let panel = ACT_PANEL - ACT_PANEL % u.max_mr;
-                for c0 in (0..t).step_by(panel) {
-                    let c1 = (c0 + panel).min(t);
-                    for (i, g) in g_range.clone().enumerate() {
-                        run_rows(&u.gemm, u.max_mr, buf[i * group_len..].as_ptr(), g, c0..c1);
+                for g0 in g_range.clone().step_by(chunk) {
+                    let gs = g0..(g0 + chunk).min(g_range.end);
+                    for (i, g) in gs.clone().enumerate() {
+                        // SAFETY: AVX2 as above; the group holds `nb` group blocks and `buf`
+                        // has room for `chunk` groups' unpacked form.
+                        unsafe {
+                            (u.unpack)(p.group(g).as_ptr(), nb, buf[i * group_len..].as_mut_ptr())
+                        };
+                    }
+                    for c0 in (0..t).step_by(panel) {
+                        let c1 = (c0 + panel).min(t);
+                        for (i, g) in gs.clone().enumerate() {
+                            let w = buf[i * group_len..].as_ptr();
+                            run_rows(u.gemm, u.max_mr, w, g, c0..c1);
+                        }
                     }
                 }
             });
             return;
         }
         // A whole number of kernel calls per panel: no short call at each panel's end.
-        let panel = ACT_PANEL - ACT_PANEL % kern.max_mr;
-        let gemm = vnni.unwrap_or(&kern.gemm);
+        let max_mr = few_rows_mr.unwrap_or(kern.max_mr);
+        let panel = ACT_PANEL - ACT_PANEL % max_mr;
+        let gemm: &[GemmFn] = match vnni {
+            Some(v) => v,
+            None => kern.gemm,
+        };
         for c0 in (0..t).step_by(panel) {
             let c1 = (c0 + panel).min(t);
             for g in g_range.clone() {
-                run_rows(gemm, kern.max_mr, p.group(g).as_ptr(), g, c0..c1);
+                run_rows(gemm, max_mr, p.group(g).as_ptr(), g, c0..c1);
             }
         }
     };

@@ -112,6 +112,40 @@ fn packed_matches_reference_bit_for_bit_and_is_batch_invariant() {
     }
 }
 
+/// Every row count a verify step or a small batch gives (1..=16, the kernels' 1..=8-row calls
+/// and their tails), and the first prompt-sized ones past it: each output has the scalar
+/// reference's bits, for every packed type, over a partial last group.
+#[test]
+fn every_row_count_up_to_18_matches_reference() {
+    if !avx2() {
+        return;
+    }
+    for (ty, k) in TYPES {
+        let n = 44;
+        let w = weights(ty, n, k);
+        let Some(p) = PackedMatrix::pack_at(SimdLevel::Avx2, ty, n, k, &w) else {
+            continue;
+        };
+        let a_row = p.activation_row_bytes();
+        let t_max = 18;
+        let x = data(t_max * k, 13);
+        let mut act = vec![0u8; t_max * a_row];
+        for (xr, ar) in x.chunks_exact(k).zip(act.chunks_exact_mut(a_row)) {
+            p.quantize_activations(xr, ar);
+        }
+        let mut want = vec![0.0f32; t_max * n];
+        p.reference_matmul(&act, t_max, &mut want);
+        let mut scratch = MatmulScratch::default();
+        for t in 1..=t_max {
+            let mut got = vec![0.0f32; t * n];
+            matmul_packed(&p, &x[..t * k], t, &mut got, &mut scratch);
+            for i in 0..t * n {
+                assert_eq!(got[i].to_bits(), want[i].to_bits(), "{ty} t={t} at {i}");
+            }
+        }
+    }
+}
+
 #[test]
 fn types_without_packed_kernels_stay_plain() {
     let w = weights(GgmlType::F32, 8, 64);

@@ -50,7 +50,7 @@ use crate::cpu::{self, SimdLevel};
 pub const GROUP_ROWS: usize = 8;
 
 /// Most activation rows one kernel call takes (each keeps its own accumulators in registers).
-pub(crate) const MAX_MR: usize = 4;
+pub(crate) const MAX_MR: usize = 8;
 
 /// `y[i * ldy + j] = x_i . w_j` for `i < MR`, `j < 8`: one group's `nb` group blocks at `w`
 /// against `MR` quantized activation rows at `a`, `a_row` bytes apart.
@@ -94,8 +94,8 @@ pub(crate) struct Unpacked {
     /// AVX2+FMA+F16C; `w` holds `nb` group blocks of the type; `dst` is writable for
     /// `nb * block_bytes` bytes.
     pub unpack: unsafe fn(w: *const u8, nb: usize, dst: *mut u8),
-    /// [`GemmFn`]s over unpacked group blocks, for 1..=MAX_MR activation rows.
-    pub gemm: [GemmFn; MAX_MR],
+    /// [`GemmFn`]s over unpacked group blocks, for 1..=`gemm.len()` activation rows.
+    pub gemm: &'static [GemmFn],
     /// Most rows per call worth taking (see [`PackedKernels::max_mr`]).
     pub max_mr: usize,
 }
@@ -106,16 +106,21 @@ pub(crate) struct PackedKernels {
     pub group_bytes: usize,
     /// Writes the group block of 8 rows' blocks `src[r]` (GGUF layout, one block each).
     pub pack_group: fn(src: [&[u8]; GROUP_ROWS], dst: &mut [u8]),
-    /// Kernels for 1..=MAX_MR activation rows, at index `mr - 1`.
-    pub gemm: [GemmFn; MAX_MR],
+    /// Kernels for 1..=`gemm.len()` (at most [`MAX_MR`]) activation rows, at index `mr - 1`.
+    pub gemm: &'static [GemmFn],
     /// The multi-stream one-row kernel, for the types where it reads faster.
     pub gemv: Option<GemvFn>,
-    /// AVX-VNNI kernels for 1..=MAX_MR rows (`crate::cpu::avx_vnni`), reading activation
+    /// AVX-VNNI kernels for as many rows as `gemm` (`crate::cpu::avx_vnni`), reading activation
     /// blocks whose quants [`offset_quants`] moved to unsigned; the same bits as `gemm`.
-    pub vnni: Option<[GemmFn; MAX_MR]>,
+    pub vnni: Option<&'static [GemmFn]>,
     /// Most rows per call worth taking: where 4 rows' state spills out of the 16 registers
     /// (the K-quants, and Q4_1 with its rotated rows), 3 rows per call do more work per cycle.
     pub max_mr: usize,
+    /// Most rows per call for a product of a few rows (`matmul`'s `FEW_ROWS`), where a type's
+    /// kernels keep little state per row (one i16 and one i32 accumulator for Q4_K and Q6_K)
+    /// and so take up to 8: the weights' bit manipulation, shared by a call's rows, is done
+    /// once or twice per group instead of once per 3 rows. `None`: `max_mr` throughout.
+    pub few_rows_mr: Option<usize>,
     /// The unpacked form for prompt-sized products, where its bit manipulation is worth
     /// hoisting out of the per-row loop.
     pub unpacked: Option<Unpacked>,

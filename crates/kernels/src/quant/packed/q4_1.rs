@@ -46,10 +46,11 @@ pub(super) fn quantize_activations_via_q8_1(src: &[f32], dst: &mut [u8]) {
 pub(super) static KERNELS: PackedKernels = PackedKernels {
     group_bytes: GROUP_BYTES,
     pack_group,
-    gemm: [gemm::<1>, gemm::<2>, gemm::<3>, gemm::<4>],
+    gemm: &[gemm::<1>, gemm::<2>, gemm::<3>, gemm::<4>],
     gemv: None,
     vnni: None,
     max_mr: 3,
+    few_rows_mr: None,
     unpacked: None,
     reference,
 };

@@ -9,8 +9,8 @@
 //! Per super-block and row the integer sums are exact: `isum = sum_j sc_j (q . y)_j` and
 //! `msum = sum_j m_j ysum_j` (the 32-element activation sums from two Q8_K bsums). The f32
 //! operations are `acc = fma(d_x * d_y, isum, acc)` then `acc = fma(dmin_x * d_y, -msum, acc)`,
-//! in the kernel lanes and the reference alike (one accumulator per row keeps four rows' state
-//! in registers).
+//! in the kernel lanes and the reference alike; the integer sums being exact, the kernel may
+//! group them as it likes (one sub-block at a time, which keeps a row's state small).
 
 #![allow(clippy::needless_range_loop)]
 
@@ -31,10 +31,13 @@ const BSUMS: usize = 260;
 pub(super) static KERNELS: PackedKernels = PackedKernels {
     group_bytes: GROUP_BYTES,
     pack_group,
-    gemm: [gemm::<1>, gemm::<2>, gemm::<3>, gemm::<4>],
+    gemm: &[
+        gemm::<1>, gemm::<2>, gemm::<3>, gemm::<4>, gemm::<5>, gemm::<6>, gemm::<7>, gemm::<8>,
+    ],
     gemv: None,
     vnni: None,
     max_mr: 3,
+    few_rows_mr: Some(8),
     unpacked: None,
     reference,
 };
@@ -125,53 +128,23 @@ unsafe fn gemm<const MR: usize>(
         let mut acc = [_mm256_setzero_ps(); MR];
         for ib in 0..nb {
             let g = w.add(ib * GROUP_BYTES);
-            if MR == 1 {
+            // One or two rows leave a call bound by the weights' reads (a decode step, a
+            // verify step of one proposal); more rows keep it busy computing, where the
+            // prefetches only took load slots (Qwen 1.5B steps of 9 and 16 rows).
+            if MR <= 2 {
                 super::prefetch_ahead(g, GROUP_BYTES);
             }
             let ab = a.add(ib * ACT_BLOCK);
-            let mut isum = [_mm256_setzero_si256(); MR];
-            for c in 0..4 {
-                let sm_lo = _mm256_broadcastsi128_si256(_mm_loadu_si128(
-                    g.add(SCALES + 32 * c) as *const __m128i
-                ));
-                let sm_hi = _mm256_broadcastsi128_si256(_mm_loadu_si128(
-                    g.add(SCALES + 32 * c + 16) as *const __m128i,
-                ));
-                // Quants 0..=15 times activations in -127..=127 (Q8_K maps the extreme to
-                // -127 and caps at 127): a maddubs i16 lane is at most 2 * 15 * 127 = 3810,
-                // and the 8 steps of a sub-block sum to at most 30480, inside i16.
-                let mut s16lo = [_mm256_setzero_si256(); MR];
-                let mut s16hi = [_mm256_setzero_si256(); MR];
-                for s in 0..8 {
-                    let q = _mm256_loadu_si256(g.add(QS + 256 * c + 32 * s) as *const __m256i);
-                    let lo = _mm256_and_si256(q, m4);
-                    let hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-                    for i in 0..MR {
-                        let yp = ab.add(i * a_row + 4 + 64 * c + 4 * s) as *const i32;
-                        let ylo = _mm256_set1_epi32(yp.read_unaligned());
-                        let yhi = _mm256_set1_epi32(yp.add(8).read_unaligned());
-                        s16lo[i] = _mm256_add_epi16(s16lo[i], _mm256_maddubs_epi16(lo, ylo));
-                        s16hi[i] = _mm256_add_epi16(s16hi[i], _mm256_maddubs_epi16(hi, yhi));
-                    }
-                }
-                let sc_lo = _mm256_shuffle_epi8(sm_lo, sc_mask);
-                let sc_hi = _mm256_shuffle_epi8(sm_hi, sc_mask);
-                for i in 0..MR {
-                    let p = _mm256_add_epi32(
-                        _mm256_madd_epi16(s16lo[i], sc_lo),
-                        _mm256_madd_epi16(s16hi[i], sc_hi),
-                    );
-                    isum[i] = _mm256_add_epi32(isum[i], p);
-                }
-            }
+            let isum = if MR <= 3 {
+                chunk_sums::<MR>(g, ab, a_row, m4, sc_mask)
+            } else {
+                sub_block_sums::<MR>(g, ab, a_row, m4, sc_mask)
+            };
             // Mins: lanes 2r, 2r + 1 hold m_j of row r against the sub-block's two 16-element
             // sums, so madd gives m_j * ysum_j per row (at most 63 * 32 * 127 per sub-block).
             let mut msum = [_mm256_setzero_si256(); MR];
             for j in 0..8 {
-                let sm = _mm256_broadcastsi128_si256(_mm_loadu_si128(
-                    g.add(SCALES + 16 * j) as *const __m128i
-                ));
-                let mn = _mm256_shuffle_epi8(sm, mn_mask);
+                let mn = scales(g, j, mn_mask);
                 for i in 0..MR {
                     let bp = ab.add(i * a_row + BSUMS + 4 * j) as *const i32;
                     let bs = _mm256_set1_epi32(bp.read_unaligned());
@@ -191,5 +164,105 @@ unsafe fn gemm<const MR: usize>(
         for i in 0..MR {
             _mm256_storeu_ps(y.add(i * ldy), acc[i]);
         }
+    }
+}
+
+/// `isum` of [`gemm`] for up to 3 rows: a 64-element chunk (two sub-blocks, from the low and
+/// high nibbles of the same bytes) at a time, each byte loaded and split once for both. `m4`
+/// is the nibble mask, `sc_mask` [`row_pairs_mask`]`(0)`.
+#[inline(always)]
+unsafe fn chunk_sums<const MR: usize>(
+    g: *const u8,
+    ab: *const u8,
+    a_row: usize,
+    m4: __m256i,
+    sc_mask: __m256i,
+) -> [__m256i; MR] {
+    // SAFETY: `gemm`'s contract: block `g` and the rows' activation blocks at `ab` in bounds.
+    unsafe {
+        let mut isum = [_mm256_setzero_si256(); MR];
+        for c in 0..4 {
+            // Quants 0..=15 times activations in -127..=127 (Q8_K maps the extreme to -127 and
+            // caps at 127): a maddubs i16 lane is at most 2 * 15 * 127 = 3810, and the 8 steps
+            // of a sub-block sum to at most 30480, inside i16.
+            let mut s16lo = [_mm256_setzero_si256(); MR];
+            let mut s16hi = [_mm256_setzero_si256(); MR];
+            for s in 0..8 {
+                let q = _mm256_loadu_si256(g.add(QS + 256 * c + 32 * s) as *const __m256i);
+                let lo = _mm256_and_si256(q, m4);
+                let hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+                for i in 0..MR {
+                    let yp = ab.add(i * a_row + 4 + 64 * c + 4 * s) as *const i32;
+                    let ylo = _mm256_set1_epi32(yp.read_unaligned());
+                    let yhi = _mm256_set1_epi32(yp.add(8).read_unaligned());
+                    s16lo[i] = _mm256_add_epi16(s16lo[i], _mm256_maddubs_epi16(lo, ylo));
+                    s16hi[i] = _mm256_add_epi16(s16hi[i], _mm256_maddubs_epi16(hi, yhi));
+                }
+            }
+            let sc_lo = scales(g, 2 * c, sc_mask);
+            let sc_hi = scales(g, 2 * c + 1, sc_mask);
+            for i in 0..MR {
+                let p = _mm256_add_epi32(
+                    _mm256_madd_epi16(s16lo[i], sc_lo),
+                    _mm256_madd_epi16(s16hi[i], sc_hi),
+                );
+                isum[i] = _mm256_add_epi32(isum[i], p);
+            }
+        }
+        isum
+    }
+}
+
+/// `isum` of [`gemm`] for 4 to 8 rows: one 32-element sub-block at a time, so a row's state is
+/// one i16 and one i32 accumulator and up to 8 rows share each load and split of the weights
+/// (taking 3 rows per call repeated that work per 3 rows; with two sub-blocks at a time, 4 rows'
+/// state spilled out of the 16 registers). The same exact integer sums as [`chunk_sums`].
+#[inline(always)]
+unsafe fn sub_block_sums<const MR: usize>(
+    g: *const u8,
+    ab: *const u8,
+    a_row: usize,
+    m4: __m256i,
+    sc_mask: __m256i,
+) -> [__m256i; MR] {
+    // SAFETY: as `chunk_sums`.
+    unsafe {
+        let mut isum = [_mm256_setzero_si256(); MR];
+        for j in 0..8 {
+            // Sub-block j is the low (even j) or high nibbles of chunk j / 2; the bounds of
+            // `chunk_sums` hold.
+            let qs = g.add(QS + 256 * (j / 2));
+            let mut s16 = [_mm256_setzero_si256(); MR];
+            for s in 0..8 {
+                let q = _mm256_loadu_si256(qs.add(32 * s) as *const __m256i);
+                let v = if j % 2 == 0 {
+                    _mm256_and_si256(q, m4)
+                } else {
+                    _mm256_and_si256(_mm256_srli_epi16(q, 4), m4)
+                };
+                for i in 0..MR {
+                    let yp = ab.add(i * a_row + 4 + 32 * j + 4 * s) as *const i32;
+                    let yv = _mm256_set1_epi32(yp.read_unaligned());
+                    s16[i] = _mm256_add_epi16(s16[i], _mm256_maddubs_epi16(v, yv));
+                }
+            }
+            let sc = scales(g, j, sc_mask);
+            for i in 0..MR {
+                isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(s16[i], sc));
+            }
+        }
+        isum
+    }
+}
+
+/// Sub-block `j`'s 16 scale/min bytes broadcast to both halves and shuffled by `mask`
+/// ([`row_pairs_mask`]).
+#[inline(always)]
+unsafe fn scales(g: *const u8, j: usize, mask: __m256i) -> __m256i {
+    // SAFETY: AVX2 callers only; the 16 bytes lie inside the group block.
+    unsafe {
+        let sm =
+            _mm256_broadcastsi128_si256(_mm_loadu_si128(g.add(SCALES + 16 * j) as *const __m128i));
+        _mm256_shuffle_epi8(sm, mask)
     }
 }

@@ -42,14 +42,15 @@ pub(super) fn quantize_activations_via_q8_0(src: &[f32], dst: &mut [u8]) {
 pub(super) static KERNELS: PackedKernels = PackedKernels {
     group_bytes: GROUP_BYTES,
     pack_group,
-    gemm: [gemm::<1>, gemm::<2>, gemm::<3>, gemm::<4>],
+    gemm: &[gemm::<1>, gemm::<2>, gemm::<3>, gemm::<4>],
     gemv: None,
     vnni: None,
     max_mr: 4,
+    few_rows_mr: None,
     unpacked: Some(Unpacked {
         block_bytes: UNPACKED_BYTES,
         unpack,
-        gemm: [
+        gemm: &[
             gemm_unpacked::<1>,
             gemm_unpacked::<2>,
             gemm_unpacked::<3>,

@@ -30,14 +30,17 @@ const BSUMS: usize = 260;
 pub(super) static KERNELS: PackedKernels = PackedKernels {
     group_bytes: GROUP_BYTES,
     pack_group,
-    gemm: [gemm::<1>, gemm::<2>, gemm::<3>, gemm::<4>],
+    gemm: &[
+        gemm::<1>, gemm::<2>, gemm::<3>, gemm::<4>, gemm::<5>, gemm::<6>, gemm::<7>, gemm::<8>,
+    ],
     gemv: None,
     vnni: None,
     max_mr: 3,
+    few_rows_mr: Some(8),
     unpacked: Some(Unpacked {
         block_bytes: UNPACKED_BYTES,
         unpack,
-        gemm: [
+        gemm: &[
             gemm_unpacked::<1>,
             gemm_unpacked::<2>,
             gemm_unpacked::<3>,
@@ -145,21 +148,23 @@ unsafe fn gemm_with<S: QuantSource, const MR: usize>(
         let mut acc = [_mm256_setzero_ps(); MR];
         for ib in 0..nb {
             let g = w.add(ib * S::BYTES);
-            if MR == 1 {
+            // One or two rows leave a call bound by the weights' reads (a decode step, a
+            // verify step of one proposal); more rows keep it busy computing, where the
+            // prefetches only took load slots (Qwen 1.5B steps of 9 and 16 rows).
+            if MR <= 2 {
                 super::prefetch_ahead(g, S::BYTES);
             }
             let ab = a.add(ib * ACT_BLOCK);
+            // Up to 3 rows add their offset terms in this loop; from 4 rows on the offsets
+            // take a loop of their own below, so a row's only state here is its i32 sum and
+            // up to 8 rows share each sub-block's quants (in this loop, 4 rows' state spilled).
             let mut isum = [_mm256_setzero_si256(); MR];
             let mut off = [_mm256_setzero_si256(); MR];
             for k in 0..8 {
                 let sc =
                     _mm256_cvtepi8_epi16(_mm_loadu_si128(g.add(SCALES + 16 * k) as *const __m128i));
-                // The offset: lanes 2r, 2r + 1 are row r's scales of sub-blocks 2k, 2k + 1
-                // against their bsums (each at most 16 * 127 in magnitude).
-                for i in 0..MR {
-                    let bp = ab.add(i * a_row + BSUMS + 4 * k) as *const i32;
-                    let bs = _mm256_set1_epi32(bp.read_unaligned());
-                    off[i] = _mm256_add_epi32(off[i], _mm256_madd_epi16(sc, bs));
+                if MR <= 3 {
+                    add_offsets(&mut off, sc, ab, a_row, k);
                 }
                 for (half, dup) in [dup_even, dup_odd].into_iter().enumerate() {
                     let sub = 2 * k + half;
@@ -185,6 +190,14 @@ unsafe fn gemm_with<S: QuantSource, const MR: usize>(
                     }
                 }
             }
+            if MR > 3 {
+                for k in 0..8 {
+                    let sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(
+                        g.add(SCALES + 16 * k) as *const __m128i
+                    ));
+                    add_offsets(&mut off, sc, ab, a_row, k);
+                }
+            }
             let dx = _mm256_cvtph_ps(_mm_loadu_si128(g as *const __m128i));
             for i in 0..MR {
                 // |isum| <= 16 * 128 * 16 * 63 * 127 and |32 off| <= 32 * 16 * 128 * 2032: i32.
@@ -195,6 +208,26 @@ unsafe fn gemm_with<S: QuantSource, const MR: usize>(
         }
         for i in 0..MR {
             _mm256_storeu_ps(y.add(i * ldy), acc[i]);
+        }
+    }
+}
+
+/// The offset term of scale pair `k` (`sc`: lanes 2r, 2r + 1 are row r's scales of sub-blocks
+/// 2k, 2k + 1) against each row's two bsums (each at most 16 * 127 in magnitude).
+#[inline(always)]
+unsafe fn add_offsets<const MR: usize>(
+    off: &mut [__m256i; MR],
+    sc: __m256i,
+    ab: *const u8,
+    a_row: usize,
+    k: usize,
+) {
+    // SAFETY: AVX2 callers only; the rows' activation blocks at `ab` are in bounds.
+    unsafe {
+        for i in 0..MR {
+            let bp = ab.add(i * a_row + BSUMS + 4 * k) as *const i32;
+            let bs = _mm256_set1_epi32(bp.read_unaligned());
+            off[i] = _mm256_add_epi32(off[i], _mm256_madd_epi16(sc, bs));
         }
     }
 }

@@ -19,15 +19,16 @@ const BLOCK: usize = 34;
 pub(super) static KERNELS: PackedKernels = PackedKernels {
     group_bytes: GROUP_BYTES,
     pack_group,
-    gemm: [gemm::<1>, gemm::<2>, gemm::<3>, gemm::<4>],
+    gemm: &[gemm::<1>, gemm::<2>, gemm::<3>, gemm::<4>],
     gemv: Some(gemv::<{ super::STREAMS }>),
-    vnni: Some([
+    vnni: Some(&[
         gemm_vnni::<1>,
         gemm_vnni::<2>,
         gemm_vnni::<3>,
         gemm_vnni::<4>,
     ]),
     max_mr: 4,
+    few_rows_mr: None,
     unpacked: None,
     reference,
 };
