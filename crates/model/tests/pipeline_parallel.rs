@@ -7,13 +7,12 @@
 //! the start-up errors; and a stage that panics mid-step fails its requests without a hang.
 #![allow(clippy::unwrap_used)]
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
 use crate::common;
 
-use pagoda_core::{EngineRequest, FinishReason, SamplingParams};
+use pagoda_core::SamplingParams;
 use pagoda_gguf::GgufFile;
 use pagoda_model::{
     CpuExecutor, EngineSetup, ForwardBatch, KvGroupPlan, Logits, Model, ModelError,
@@ -109,8 +108,8 @@ fn gemma3_two_stages_match_one_process() {
 #[test]
 fn engine_features_with_two_stages() {
     // Every feature at once (common/features.rs): still one process's bits, and each ran.
-    let one = common::features::with_features(base());
-    let reqs = common::features::shared_head_requests();
+    let one = common::split::with_features(base());
+    let reqs = common::split::shared_head_requests();
     let two = EngineSetup {
         pipeline_parallel: pp(2, None),
         ..one.clone()
@@ -119,7 +118,7 @@ fn engine_features_with_two_stages() {
     let a = common::run_engine(common::tiny(&spec), &one, &reqs);
     let (b, stats) = common::run_engine_with_stats(common::tiny(&spec), &two, &reqs);
     assert_eq!(bits(&a), bits(&b), "two stages differ from one process");
-    common::features::assert_features_ran(&stats);
+    common::split::assert_features_ran(&stats);
 }
 
 /// Three prompts of 7, 30 and 1 tokens in one step, on disjoint blocks.
@@ -239,44 +238,5 @@ fn layouts_it_cannot_run_are_start_up_errors() {
 
 #[test]
 fn a_failed_stage_fails_its_requests_without_a_hang() {
-    let (mut core, _) = build_engine(common::tiny(&llama()), &setup(2)).unwrap();
-    let add = |core: &mut pagoda_core::EngineCore<pagoda_model::ModelRunner>, id: u64| {
-        core.add_request(EngineRequest {
-            id,
-            prompt_token_ids: common::prompt(12, 4, 250, id as u32),
-            params: SamplingParams::greedy(8),
-            priority: 0,
-            tenant: Default::default(),
-            extra_keys: Default::default(),
-        })
-        .unwrap();
-    };
-    add(&mut core, 0);
-    core.step(); // a healthy step first
-    let group = core.executor().executor().rank_group().unwrap();
-    group.poison(1);
-    let mut finish: HashMap<u64, FinishReason> = HashMap::new();
-    for _ in 0..4 {
-        for o in core.step() {
-            if let Some(f) = o.finish_reason {
-                finish.insert(o.request_id, f);
-            }
-        }
-        if !finish.is_empty() {
-            break;
-        }
-    }
-    match finish.get(&0) {
-        Some(FinishReason::Error(msg)) => assert!(msg.contains("stage 1"), "{msg}"),
-        other => panic!("expected an error, got {other:?}"),
-    }
-    // The pipeline stays failed: a new request fails at once instead of waiting on stage 1.
-    add(&mut core, 1);
-    let outs = core.step();
-    assert!(
-        outs.iter()
-            .any(|o| matches!(&o.finish_reason, Some(FinishReason::Error(_)))),
-        "a request after the failure should fail"
-    );
-    drop(core); // joins the stage threads: must not hang
+    common::split::assert_a_failed_rank_fails_cleanly(common::tiny(&llama()), &setup(2), "stage 1");
 }

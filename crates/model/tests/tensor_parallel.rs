@@ -9,7 +9,7 @@
 
 use crate::common;
 
-use pagoda_core::{EngineRequest, FinishReason, SamplingParams};
+use pagoda_core::SamplingParams;
 use pagoda_model::{EngineSetup, ModelError, TensorParallelConfig, TpError, build_engine};
 use pagoda_testkit::tiny_model::TinyModel;
 
@@ -119,15 +119,15 @@ fn gemma3_replicated_kv_head_two_ranks_match_one() {
 #[test]
 fn engine_features_with_two_ranks() {
     // Every feature at once (common/features.rs), then proof that each ran with two ranks.
-    let base = common::features::with_features(base());
-    let reqs = common::features::shared_head_requests();
+    let base = common::split::with_features(base());
+    let reqs = common::split::shared_head_requests();
     check_matches_one_rank(&TinyModel::qwen2(), base.clone(), &reqs);
     let two = EngineSetup {
         tensor_parallel: TensorParallelConfig::new(2),
         ..base
     };
     let (_, stats) = common::run_engine_with_stats(common::tiny(&TinyModel::qwen2()), &two, &reqs);
-    common::features::assert_features_ran(&stats);
+    common::split::assert_features_ran(&stats);
 }
 
 fn start_error(spec: &TinyModel, ranks: usize) -> ModelError {
@@ -169,44 +169,5 @@ fn a_split_inside_a_quant_block_is_a_start_up_error() {
 
 #[test]
 fn a_failed_rank_fails_its_requests_without_a_hang() {
-    let (mut core, _) = build_engine(common::tiny(&llama()), &setup(2)).unwrap();
-    let add = |core: &mut pagoda_core::EngineCore<pagoda_model::ModelRunner>, id: u64| {
-        core.add_request(EngineRequest {
-            id,
-            prompt_token_ids: common::prompt(12, 4, 250, id as u32),
-            params: SamplingParams::greedy(8),
-            priority: 0,
-            tenant: Default::default(),
-            extra_keys: Default::default(),
-        })
-        .unwrap();
-    };
-    add(&mut core, 0);
-    core.step(); // a healthy step first
-    let group = core.executor().executor().rank_group().unwrap();
-    group.poison(1);
-    let mut finish = None;
-    for _ in 0..4 {
-        for o in core.step() {
-            if o.finish_reason.is_some() {
-                finish = o.finish_reason;
-            }
-        }
-        if finish.is_some() {
-            break;
-        }
-    }
-    match finish {
-        Some(FinishReason::Error(msg)) => assert!(msg.contains("rank 1"), "{msg}"),
-        other => panic!("expected an error, got {other:?}"),
-    }
-    // The group stays failed: a new request fails at once instead of waiting on rank 1.
-    add(&mut core, 1);
-    let outs = core.step();
-    assert!(
-        outs.iter()
-            .any(|o| matches!(&o.finish_reason, Some(FinishReason::Error(_)))),
-        "a request after the failure should fail"
-    );
-    drop(core); // joins the rank threads: must not hang
+    common::split::assert_a_failed_rank_fails_cleanly(common::tiny(&llama()), &setup(2), "rank 1");
 }

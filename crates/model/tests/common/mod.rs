@@ -7,7 +7,7 @@ use std::process::Command;
 
 use pagoda_model::Model;
 
-pub mod features;
+pub mod split;
 
 pub const SMOLLM2: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 pub const GEMMA3: &str = "gemma-3-270m-q4_k_m.gguf";
