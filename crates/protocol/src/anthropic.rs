@@ -76,6 +76,10 @@ pub struct MessagesRequest {
     /// The structured-outputs beta's top-level form of `output_config.format`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_format: Option<Value>,
+    /// pagoda: this request's speculative decoding, within the server's (as on chat and
+    /// completions): `false` turns it off, `{"method", "num_speculative_tokens"}` caps K.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speculative: Option<Value>,
     /// Ollama's: how long the model stays loaded after this request (seconds, or a duration
     /// such as `"5m"`; 0 unloads it after the request, negative keeps it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -90,6 +94,7 @@ impl MessagesRequest {
     /// policy suggests the nearest of these for a misspelt one).
     pub const FIELDS: &'static [&'static str] = &[
         "keep_alive",
+        "speculative",
         "model",
         "messages",
         "max_tokens",

@@ -65,6 +65,10 @@ pub struct ResponsesRequest {
     /// Seed for reproducible sampling (pagoda extension, as in chat).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
+    /// pagoda: this request's speculative decoding, within the server's (as on chat and
+    /// completions): `false` turns it off, `{"method", "num_speculative_tokens"}` caps K.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speculative: Option<Value>,
     /// Ollama's: how long the model stays loaded after this request (seconds, or a duration
     /// such as `"5m"`; 0 unloads it after the request, negative keeps it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -79,6 +83,7 @@ impl ResponsesRequest {
     /// policy suggests the nearest of these for a misspelt one).
     pub const FIELDS: &'static [&'static str] = &[
         "keep_alive",
+        "speculative",
         "model",
         "input",
         "instructions",

@@ -143,4 +143,23 @@ async fn a_speculative_field_that_cannot_apply_is_a_400_naming_it() {
         assert_eq!(st, 400, "chat {spec}: {v}");
         assert_eq!(error_of(&v)["param"], param, "chat: {v}");
     }
+    // Messages and Responses read it too, each refusing in its own error shape.
+    let bad = json!({"method": "draft_model"});
+    let messages = json!({"model": MODEL, "max_tokens": 2,
+        "messages": [{"role": "user", "content": "hi"}], "speculative": bad});
+    let (st, v) = post(&c, &s.url("/v1/messages"), &messages).await;
+    assert_eq!((st, &v["type"]), (400, &json!("error")), "{v}");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("speculative.method"), "{msg}");
+    let responses = json!({"model": MODEL, "max_output_tokens": 2, "input": "hi",
+        "speculative": bad});
+    let (st, v) = post(&c, &s.url("/v1/responses"), &responses).await;
+    assert_eq!(st, 400, "{v}");
+    assert_eq!(error_of(&v)["param"], "speculative.method", "{v}");
+    // And accept `false` (speculation off for the request).
+    for (url, mut b) in [("/v1/messages", messages), ("/v1/responses", responses)] {
+        b["speculative"] = json!(false);
+        let (st, v) = post(&c, &s.url(url), &b).await;
+        assert_eq!(st, 200, "{url}: {v}");
+    }
 }

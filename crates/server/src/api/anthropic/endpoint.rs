@@ -115,6 +115,7 @@ impl GenerationEndpoint for Messages {
         f.stop = stop.as_ref();
         f.stream = req.stream;
         f.constraint = constraint;
+        f.speculative = req.speculative.as_ref();
         let mut request = validate::build(state, loaded, &f, vec![prompt])?;
         request.ignored = ignored;
         Ok((

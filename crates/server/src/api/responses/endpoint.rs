@@ -98,6 +98,7 @@ impl GenerationEndpoint for Responses {
         f.seed = req.seed;
         f.stream = req.stream;
         f.constraint = constraint;
+        f.speculative = req.speculative.as_ref();
         let mut request = validate::build(state, loaded, &f, vec![prompt])?;
         request.ignored = ignored;
         let echo = pagoda_protocol::responses::Response {
