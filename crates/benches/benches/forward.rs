@@ -3,30 +3,16 @@
 //! bench once per thread count: `PAGODA_THREADS=1 cargo bench -p pagoda-benches --bench forward` (default 2).
 #![allow(clippy::unwrap_used)]
 
-use std::path::PathBuf;
 use std::time::Duration;
+
+mod fixtures;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use pagoda_model::{CpuExecutor, ForwardBatch, Logits, Model, SeqChunk};
 
-fn model_path(file: &str) -> PathBuf {
-    let dir = std::env::var_os("PAGODA_MODEL_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/pagoda/models")
-        });
-    let path = dir.join(file);
-    assert!(
-        path.exists(),
-        "{} is missing: run scripts/fetch-models.sh",
-        path.display()
-    );
-    path
-}
-
 fn bench_model(c: &mut Criterion, label: &str, file: &str) {
     let threads = pagoda_kernels::parallel::num_threads();
-    let model = Model::open(&model_path(file)).unwrap();
+    let model = Model::open(&fixtures::model_path(file)).unwrap();
     let vocab = model.config().vocab_size as u32;
     let bs = 16;
     let table: Vec<u32> = (0..40).collect();

@@ -5,31 +5,15 @@
 //! the pool. `MATMUL_ITERS=n` skips criterion and runs each selected shape n times (with a
 //! criterion-style name filter as the first argument), for `perf stat` / callgrind.
 
+mod fixtures;
+
 use criterion::{Criterion, Throughput, criterion_group};
 use pagoda_kernels::matmul::{MatmulScratch, matmul, matmul_packed};
 use pagoda_kernels::parallel;
+use pagoda_kernels::quant::GgmlType;
 use pagoda_kernels::quant::packed::PackedMatrix;
-use pagoda_kernels::quant::{GgmlType, quantize_row};
 use std::hint::black_box;
 use std::time::Duration;
-
-/// `n` rows of `k`: 64 distinct quantized rows tiled (the values do not change the speed, and
-/// quantizing 168 M weights would dominate the bench's run time).
-fn weights(ty: GgmlType, n: usize, k: usize) -> Vec<u8> {
-    let row = ty.row_bytes(k).unwrap_or(0);
-    let mut pool = vec![0u8; 64 * row];
-    for r in 0..64 {
-        let src: Vec<f32> = (0..k)
-            .map(|i| (((i + 31 * r) * 7919 % 1000) as f32 / 500.0) - 1.0)
-            .collect();
-        quantize_row(ty, &src, &mut pool[r * row..(r + 1) * row]);
-    }
-    let mut w = Vec::with_capacity(n * row);
-    for r in 0..n {
-        w.extend_from_slice(&pool[(r % 64) * row..(r % 64 + 1) * row]);
-    }
-    w
-}
 
 const SHAPES: [(&str, GgmlType, usize, usize); 10] = [
     ("smollm_attn_q", GgmlType::Q4_1, 576, 576),
@@ -77,7 +61,7 @@ fn bench_matmul(c: &mut Criterion) {
             if skip(name, t) {
                 continue;
             }
-            let w = weights(ty, n, k);
+            let w = fixtures::tiled_weights(ty, n, k);
             let x: Vec<f32> = (0..t * k)
                 .map(|i| ((i * 13 % 100) as f32 / 50.0) - 1.0)
                 .collect();
@@ -112,7 +96,7 @@ fn fixed_iterations(iters: usize) {
             if skip(name, t) || filter.as_ref().is_some_and(|f| !label.contains(f.as_str())) {
                 continue;
             }
-            let w = weights(ty, n, k);
+            let w = fixtures::tiled_weights(ty, n, k);
             let x: Vec<f32> = (0..t * k)
                 .map(|i| ((i * 13 % 100) as f32 / 50.0) - 1.0)
                 .collect();

@@ -16,10 +16,12 @@ use std::hint::black_box;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+mod fixtures;
+
 use criterion::{BenchmarkId, Criterion};
 use pagoda_kernels::matmul::{MatmulScratch, matmul_packed_into};
+use pagoda_kernels::quant::GgmlType;
 use pagoda_kernels::quant::packed::PackedMatrix;
-use pagoda_kernels::quant::{GgmlType, quantize_row};
 use pagoda_model::{CpuExecutor, ForwardBatch, Logits, Model, SeqChunk};
 
 /// Tokens already in the KV cache when the verify step runs.
@@ -54,18 +56,7 @@ fn ks() -> Vec<usize> {
 fn model_path() -> PathBuf {
     let file = std::env::var("VERIFY_MODEL")
         .unwrap_or_else(|_| "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf".into());
-    let dir = std::env::var_os("PAGODA_MODEL_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/pagoda/models")
-        });
-    let path = dir.join(file);
-    assert!(
-        path.exists(),
-        "{} is missing: run scripts/fetch-models.sh",
-        path.display()
-    );
-    path
+    fixtures::model_path(&file)
 }
 
 /// The executor with a 256-token context prefilled, and the prompt tokens.
@@ -111,19 +102,8 @@ fn step(tokens: &[u32], table: &[u32], k: usize) -> ForwardBatch {
 
 /// `n` rows of `k`: 64 distinct quantized rows tiled (the values do not change the speed).
 fn weights(ty: GgmlType, n: usize, k: usize) -> PackedMatrix {
-    let row = ty.row_bytes(k).unwrap();
-    let mut pool = vec![0u8; 64 * row];
-    for r in 0..64 {
-        let src: Vec<f32> = (0..k)
-            .map(|i| (((i + 31 * r) * 7919 % 1000) as f32 / 500.0) - 1.0)
-            .collect();
-        quantize_row(ty, &src, &mut pool[r * row..(r + 1) * row]);
-    }
-    let mut w = Vec::with_capacity(n * row);
-    for r in 0..n {
-        w.extend_from_slice(&pool[(r % 64) * row..(r % 64 + 1) * row]);
-    }
-    PackedMatrix::pack(ty, n, k, &w).expect("an AVX2 CPU (packed kernels)")
+    PackedMatrix::pack(ty, n, k, &fixtures::tiled_weights(ty, n, k))
+        .expect("an AVX2 CPU (packed kernels)")
 }
 
 fn activations(t: usize, k: usize) -> Vec<f32> {

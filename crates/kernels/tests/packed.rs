@@ -38,6 +38,28 @@ fn weights(ty: GgmlType, n: usize, k: usize) -> Vec<u8> {
     w
 }
 
+/// A packed `n x k` matrix of type `ty`, `t` activation rows (seed `seed`), and the scalar
+/// reference's product over the packed bytes: `None` where the type has no packed kernels.
+fn packed_case(
+    ty: GgmlType,
+    n: usize,
+    k: usize,
+    t: usize,
+    seed: u32,
+) -> Option<(PackedMatrix, Vec<f32>, Vec<f32>)> {
+    let w = weights(ty, n, k);
+    let p = PackedMatrix::pack_at(SimdLevel::Avx2, ty, n, k, &w)?;
+    let a_row = p.activation_row_bytes();
+    let x = data(t * k, seed);
+    let mut act = vec![0u8; t * a_row];
+    for (xr, ar) in x.chunks_exact(k).zip(act.chunks_exact_mut(a_row)) {
+        p.quantize_activations(xr, ar);
+    }
+    let mut want = vec![0.0f32; t * n];
+    p.reference_matmul(&act, t, &mut want);
+    Some((p, x, want))
+}
+
 fn avx2() -> bool {
     available_levels().contains(&SimdLevel::Avx2)
 }
@@ -50,22 +72,14 @@ fn packed_matches_reference_bit_for_bit_and_is_batch_invariant() {
     for (ty, k) in TYPES {
         // 44 rows: five full groups and a partial one.
         let n = 44;
-        let w = weights(ty, n, k);
-        let Some(p) = PackedMatrix::pack_at(SimdLevel::Avx2, ty, n, k, &w) else {
-            continue;
-        };
-        let a_row = p.activation_row_bytes();
         // 37 rows take the unpacked kernels where a type has them (8 rows or more) and span
         // two panels of 32 rows; the batches below take the packed ones: all must give the
         // reference's bits.
         let t = 37;
-        let x = data(t * k, 7);
-        let mut act = vec![0u8; t * a_row];
-        for (xr, ar) in x.chunks_exact(k).zip(act.chunks_exact_mut(a_row)) {
-            p.quantize_activations(xr, ar);
-        }
-        let mut want = vec![0.0f32; t * n];
-        p.reference_matmul(&act, t, &mut want);
+        let Some((p, x, want)) = packed_case(ty, n, k, t, 7) else {
+            continue;
+        };
+        let w = weights(ty, n, k);
 
         let mut scratch = MatmulScratch::default();
         let mut got = vec![0.0f32; t * n];
@@ -122,19 +136,10 @@ fn every_row_count_up_to_18_matches_reference() {
     }
     for (ty, k) in TYPES {
         let n = 44;
-        let w = weights(ty, n, k);
-        let Some(p) = PackedMatrix::pack_at(SimdLevel::Avx2, ty, n, k, &w) else {
+        let t_max = 18;
+        let Some((p, x, want)) = packed_case(ty, n, k, t_max, 13) else {
             continue;
         };
-        let a_row = p.activation_row_bytes();
-        let t_max = 18;
-        let x = data(t_max * k, 13);
-        let mut act = vec![0u8; t_max * a_row];
-        for (xr, ar) in x.chunks_exact(k).zip(act.chunks_exact_mut(a_row)) {
-            p.quantize_activations(xr, ar);
-        }
-        let mut want = vec![0.0f32; t_max * n];
-        p.reference_matmul(&act, t_max, &mut want);
         let mut scratch = MatmulScratch::default();
         for t in 1..=t_max {
             let mut got = vec![0.0f32; t * n];

@@ -227,8 +227,8 @@ impl Scheduler {
                 out.preempted_seq_ids.push(seq);
                 continue; // recomputed after its shift; index i now holds the next one
             }
-            if self.is_decoding(seq) {
-                reserve = reserve.saturating_sub(1);
+            if reserve > 0 && self.is_decoding(seq) {
+                reserve -= 1;
             }
             let n = self.num_new_tokens(seq, 0, budget.saturating_sub(reserve));
             if n == 0 {
