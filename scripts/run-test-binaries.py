@@ -19,7 +19,7 @@ import threading
 import time
 
 # Test binaries run side by side, by (package, target) name; the rest run alone afterwards.
-SIDE_BY_SIDE = [("pagoda-model", "integration"), ("pagoda-server", "integration")]
+SIDE_BY_SIDE = [("pagoda-model-tests", "integration"), ("pagoda-server", "integration")]
 
 
 def binaries(lines):

@@ -134,7 +134,7 @@ fn every_type_dequantizes_bit_exactly_like_gguf_py() {
     let path = dir.join("all_types.gguf");
     writer.write_to(&path).unwrap();
 
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/dequantize_reference.py");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("dequantize_reference.py");
     let out = Command::new(python())
         .arg(&script)
         .arg(&path)

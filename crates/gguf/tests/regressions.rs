@@ -9,7 +9,7 @@ use pagoda_gguf::GgufFile;
 
 #[test]
 fn regression_inputs_are_rejected_without_panic() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/regressions");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("regressions");
     let mut entries: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())

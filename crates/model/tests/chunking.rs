@@ -27,12 +27,17 @@ fn assert_close(what: &str, reference: &[f32], got: &[f32]) {
 
 /// Chunk sizes, block sizes and shuffled blocks on one model. `load` makes a fresh model.
 fn check_chunking(name: &str, load: &dyn Fn() -> Model, n: usize) {
+    check_chunking_with(name, load, n, &[16, 5]);
+}
+
+/// `check_chunking` over the given block sizes (the first gives the reference).
+fn check_chunking_with(name: &str, load: &dyn Fn() -> Model, n: usize, block_sizes: &[usize]) {
     let vocab = load().config().vocab_size as u32;
     let tokens = prompt(n, 4, vocab.min(20_000), 7);
     // The reference: the whole prompt in one step with blocks of 16. Every other run (block
     // size 5 included) is compared against it.
     let mut reference = Vec::new();
-    for block_size in [16usize, 5] {
+    for &block_size in block_sizes {
         let blocks = n.div_ceil(block_size);
         let contiguous: Vec<u32> = (0..blocks as u32).collect();
         let mut exec = CpuExecutor::new(load(), blocks * 3, block_size).unwrap();
@@ -172,9 +177,11 @@ fn tiny_gemma3_chunking() {
 }
 
 /// One real model: Gemma 3 (sliding and global layers, K-quants). The llama graph's chunking
-/// is the tiny llama's and tiny Qwen3's above (SmolLM2's real run of it took 10 s).
+/// is the tiny llama's and tiny Qwen3's above (SmolLM2's real run of it took 10 s). Blocks of
+/// 16 only: the block size is the attention's business, which the tiny models cover at 5, and
+/// every run here pays the 262,144-row LM head on all 40 rows (16 CPU-s with both sizes).
 #[test]
 fn gemma3_chunking() {
-    check_chunking("gemma3", &|| common::load_model(common::GEMMA3), 40);
+    check_chunking_with("gemma3", &|| common::load_model(common::GEMMA3), 40, &[16]);
     check_mixed_batch("gemma3", &|| common::load_model(common::GEMMA3));
 }

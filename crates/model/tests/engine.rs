@@ -1,5 +1,5 @@
 //! The engine with the real models: a request's greedy tokens do not depend on what else runs
-//! (31 other requests of different lengths), on prefix caching, on a KV budget so small that
+//! (up to 15 other requests of different lengths), on prefix caching, on a KV budget so small that
 //! preemption happens again and again, or on the step token budget, with f16 and int8 KV; a
 //! seeded sampled request
 //! repeats in a batch; and a request sharing a 520-token prefix computes only its suffix.
@@ -109,9 +109,10 @@ fn invariance(file: &str, count: usize, max_tokens: u32, dtype: KvCacheDtype) {
         reqs(greedy(max_tokens)),
     );
     assert_eq!(alone.len(), count);
+    // The reference runs without prefix caching and every case with it; a batched case without
+    // it added nothing (these prompts share no block) but a fifth of the test's time.
     let cases = [
         ("batched", setup(64, 2048, None, true)),
-        ("no prefix caching", setup(64, 2048, None, false)),
         ("token budget 16", setup(64, 16, None, true)),
     ];
     for (name, s) in cases {

@@ -25,7 +25,7 @@ fn fnv1a64(data: &[u8]) -> u64 {
 
 fn check(spec: &TinyModel, fixture: &str) {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
+        .join("fixtures")
         .join(fixture);
     let want: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let bytes = spec.to_bytes();

@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 #[allow(clippy::unwrap_used)]
 pub fn python_reference(script: &Path, dir: &Path, input: &serde_json::Value) -> serde_json::Value {
     let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_owned());
-    let mut child = Command::new(python)
+    let mut child = single_threaded_blas(Command::new(python))
         .arg(script)
         .arg(dir)
         .stdin(Stdio::piped())
@@ -27,4 +27,14 @@ pub fn python_reference(script: &Path, dir: &Path, input: &serde_json::Value) ->
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// `command` with numpy's BLAS on one thread. The references run beside other tests on 2 cores,
+/// where OpenBLAS's worker threads spin waiting for work: EmbeddingGemma's reference took 64
+/// CPU-seconds with them and 20 without (docs/testing.md, seventh round).
+pub fn single_threaded_blas(mut command: Command) -> Command {
+    for var in ["OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"] {
+        command.env(var, "1");
+    }
+    command
 }

@@ -36,7 +36,7 @@ pub fn load_model(file: &str) -> Model {
 /// The golden file of llama.cpp outputs for a model.
 pub fn golden(name: &str) -> serde_json::Value {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/golden")
+        .join("../../../../shared/golden")
         .join(name);
     let path = if path.exists() {
         path
@@ -238,7 +238,7 @@ pub fn fetched_dir(name: &str, dir: &str) -> PathBuf {
     let path = model_dir().join(dir);
     if !path.join("model.safetensors").is_file() {
         let script =
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/fetch-models.sh");
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../scripts/fetch-models.sh");
         let status = Command::new("bash").arg(script).arg(name).status().unwrap();
         assert!(status.success(), "scripts/fetch-models.sh {name} failed");
     }
@@ -248,9 +248,7 @@ pub fn fetched_dir(name: &str, dir: &str) -> PathBuf {
 /// Runs the Python reference `tests/SCRIPT` on model directory `dir` with `input` as JSON on
 /// stdin (`$PYTHON`, default python3) and returns its JSON output.
 pub fn python_reference(script: &str, dir: &Path, input: &serde_json::Value) -> serde_json::Value {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests")
-        .join(script);
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(script);
     pagoda_testkit::python_reference::python_reference(&script, dir, input)
 }
 
