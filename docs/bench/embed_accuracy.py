@@ -2,7 +2,8 @@
 """Each engine's embeddings of the encoders' 12 test sentences (crates/model/tests/embeddings.rs)
 against pagoda's exact f32 ones (`--quantization none`, over HTTP): the lowest cosine per engine,
 for pagoda q8_0, sentence-transformers on torch f32, and its ONNX f32 and int8 exports (those
-docs/bench/embeddings.py --onnx wrote into ~/.cache/pagoda/st-onnx/). Runs in the ONNX virtual
+docs/bench/embeddings.py --onnx wrote into ~/.cache/pagoda/st-onnx/); and how much an ONNX
+vector depends on the batch it ran in (int8's activation scales are per tensor). Runs in the ONNX virtual
 environment of docs/benchmarks.md ("sentence-transformers' ONNX backend").
 
 Usage: ~/.cache/pagoda/onnx-venv/bin/python docs/bench/embed_accuracy.py target/release/pagoda \
@@ -74,6 +75,12 @@ def main():
     for file, name in (("onnx/model.onnx", "ONNX f32"), ("onnx/model_quint8_avx2.onnx", "ONNX int8")):
         m = SentenceTransformer(onnx, backend="onnx", model_kwargs={"file_name": file})
         engines[name] = m.encode(SENTENCES)
+        # Batch dependence: each of four sentences alone against the same four in one batch.
+        four = SENTENCES[:4]
+        alone = np.stack([m.encode([t])[0] for t in four])
+        cos = (alone * m.encode(four)).sum(1)
+        print(f"{checkpoint}: {name}, alone against in a batch of four: lowest cosine "
+              f"{cos.min():.6f}")
     for name, e in engines.items():
         cos = (e * ref).sum(1) / np.linalg.norm(e, axis=1) / np.linalg.norm(ref, axis=1)
         print(f"{checkpoint}: {name} against pagoda f32: lowest cosine {cos.min():.6f} "
