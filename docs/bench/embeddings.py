@@ -7,10 +7,13 @@ Each input is a long multilingual paragraph (varied per input so no two are equa
 last N tokens by `truncate_prompt_tokens`, so the lengths are exact in the model's own tokens.
 One request carries the 64 inputs; the figure is the median over the rounds after one
 warm-up. With --st, sentence-transformers runs the same texts cut to N tokens
-(`max_seq_length = N`, batch_size 64) on the same CPU, if it imports; with --onnx also its ONNX
-backend (`backend="onnx"`, exported once into /tmp/st-onnx-<model>) in f32 and dynamically
-quantized to int8 (`export_dynamic_quantized_onnx_model(..., "avx2")`), if optimum and
-onnxruntime import.
+(`max_seq_length = N`, batch_size 64) on the same CPU, if it imports. With --onnx also its ONNX
+backend (`backend="onnx"`, exported once into ~/.cache/pagoda/st-onnx/) in f32 and dynamically
+quantized to int8 (`export_dynamic_quantized_onnx_model(..., "avx2")`, the efficiency docs'
+recipe for a CPU without VNNI), onnxruntime on --threads threads; each ONNX row also gives its
+lowest cosine to torch's f32 embedding over the test sentences and the 32-token inputs. That
+needs a sentence-transformers whose `[onnx]` extra installs (docs/benchmarks.md, "ONNX": its
+own virtual environment).
 
 --latency N adds batch-1 latency: N requests of one 16-token query, one after another, p50 and
 p99 in ms; pagoda's through HTTP on one kept-alive connection (`http.client`, as a client
@@ -143,34 +146,88 @@ def bench_pagoda(args, name, quantization, port):
         proc.wait()
 
 
-def load_st(name, backend):
-    """A SentenceTransformer on `backend`: torch, onnx (f32) or onnx-int8."""
+def onnx_dir(name):
+    """Where the ONNX exports of a checkpoint live: outside the model directory and the
+    repository, one directory per sentence-transformers version (its exporter's output)."""
+    import sentence_transformers
+    return os.path.join(os.path.expanduser("~/.cache/pagoda/st-onnx"),
+                        f"{CHECKPOINTS[name]}-st{sentence_transformers.__version__}")
+
+
+def load_st(name, backend, threads):
+    """A SentenceTransformer on `backend`: torch, onnx (f32) or onnx-int8 (exported and
+    quantized once, then loaded from the export)."""
     from sentence_transformers import SentenceTransformer
     src = os.path.join(MODELS, CHECKPOINTS[name])
     if backend == "torch":
         return SentenceTransformer(src, device="cpu")
+    import glob
+    import onnxruntime
     from sentence_transformers import export_dynamic_quantized_onnx_model
-    # Exported outside the model directory, once.
-    d = f"/tmp/st-onnx-{name}"
-    q8 = os.path.join(d, "onnx", "model_qint8_avx2.onnx")
-    if not os.path.exists(q8):
-        m = SentenceTransformer(src, backend="onnx")
+    d = onnx_dir(name)
+    if not os.path.exists(os.path.join(d, "onnx", "model.onnx")):
+        m = SentenceTransformer(src, backend="onnx")  # optimum's exporter, opset as it picks
         m.save_pretrained(d)
-        export_dynamic_quantized_onnx_model(m, "avx2", d)
-    file = "onnx/model_qint8_avx2.onnx" if backend == "onnx-int8" else "onnx/model.onnx"
-    return SentenceTransformer(d, backend="onnx", model_kwargs={"file_name": file})
+    # The efficiency docs' CPU recipe: dynamic (no calibration) int8, the "avx2" config
+    # (u8 weights, per tensor); it names the file model_quint8_avx2.onnx.
+    if not glob.glob(os.path.join(d, "onnx", "model_*_avx2.onnx")):
+        export_dynamic_quantized_onnx_model(SentenceTransformer(d, backend="onnx"), "avx2", d)
+    if backend == "onnx-int8":
+        file = os.path.relpath(glob.glob(os.path.join(d, "onnx", "model_*_avx2.onnx"))[0], d)
+    else:
+        file = "onnx/model.onnx"
+    # onnxruntime keeps its own thread pool: torch.set_num_threads does not reach it.
+    so = onnxruntime.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    return SentenceTransformer(d, backend="onnx",
+                               model_kwargs={"file_name": file, "session_options": so})
+
+
+SENTENCES = [  # the encoders' numpy-reference test sentences (crates/model/tests/embeddings.rs)
+    "A man is playing a guitar.",
+    "Someone is playing an acoustic guitar on stage.",
+    "The stock market fell sharply this morning.",
+    "Le chat dort sur le canapé.",
+    "Die Katze schläft auf dem Sofa.",
+    "El gato duerme en el sofá.",
+    "猫はソファの上で寝ています。",
+    "猫在沙发上睡觉。",
+    "Кошка спит на диване.",
+    "How do I reset my password?",
+    "I forgot my password and cannot log in.",
+    "Photosynthesis converts light energy into chemical energy.",
+]
+
+
+def worst_cosine(m, reference):
+    """The lowest cosine between `m`'s embedding of each test sentence and `reference`'s
+    (torch f32), and of the bench's 32-token inputs."""
+    import numpy as np
+    worst = 1.0
+    for inputs, n in ((SENTENCES, 128), (texts(64), 32)):
+        m.max_seq_length = reference.max_seq_length = n
+        a = m.encode(inputs, batch_size=64, normalize_embeddings=True)
+        b = reference.encode(inputs, batch_size=64, normalize_embeddings=True)
+        worst = min(worst, float(np.min(np.sum(a * b, axis=1))))
+    return round(worst, 6)
 
 
 def bench_st(args, name, backend="torch"):
+    threads = args.threads or os.cpu_count() or 1
     try:
         import torch
+        torch.set_num_threads(threads)
         t0 = time.monotonic()
-        m = load_st(name, backend)
+        m = load_st(name, backend, threads)
     except Exception as e:  # ImportError, or an export the backend cannot do
-        return {"error": f"{backend}: {type(e).__name__}: {e}"}
-    torch.set_num_threads(args.threads or os.cpu_count() or 1)
+        return {"backend": backend, "error": f"{type(e).__name__}: {e}"}
     out = {"backend": backend, "load_s": round(time.monotonic() - t0, 2),
            "torch": torch.__version__}
+    if backend != "torch":
+        import onnxruntime
+        out["onnxruntime"] = onnxruntime.__version__
+        out["min_cosine_to_torch_f32"] = worst_cosine(m, load_st(name, "torch", threads))
     batch = texts(args.batch)
     for n in map(int, args.lengths.split(",")):
         m.max_seq_length = n
@@ -188,7 +245,7 @@ def bench_st(args, name, backend="torch"):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--pagoda", required=True)
+    p.add_argument("--pagoda", help="the binary (none: only the sentence-transformers rows)")
     p.add_argument("--models", default="minilm,embeddinggemma")
     p.add_argument("--quantization", default="q8_0,none")
     p.add_argument("--rounds", type=int, default=5)
@@ -206,7 +263,7 @@ def main():
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} CPUs, "
           f"load average {os.getloadavg()[0]:.2f}", flush=True)
     for name in args.models.split(","):
-        for q in args.quantization.split(","):
+        for q in args.quantization.split(",") if args.pagoda else []:
             r = bench_pagoda(args, name, q, args.port)
             print(json.dumps({"engine": "pagoda", "model": name, "quantization": q, **r}), flush=True)
         backends = (["torch"] if args.st else []) + (["onnx", "onnx-int8"] if args.onnx else [])

@@ -246,3 +246,30 @@ fn fuzzed_tokenizer_json_regressions_are_errors() {
     }
     assert!(seen > 0, "no regression inputs in {}", dir.display());
 }
+
+/// A WordPiece tokenizer.json small enough to write out (BERT's normalizer and pre-tokenizer).
+const TINY_WORDPIECE: &str = r###"{"version":"1.0","truncation":null,"padding":null,"added_tokens":[],
+"normalizer":{"type":"BertNormalizer","clean_text":true,"handle_chinese_chars":true,"strip_accents":null,"lowercase":true},
+"pre_tokenizer":{"type":"BertPreTokenizer"},"post_processor":null,"decoder":null,
+"model":{"type":"WordPiece","unk_token":"[UNK]","continuing_subword_prefix":"##","max_input_chars_per_word":100,
+"vocab":{"[UNK]":0,"the":1,"river":2,"rose":3,"##s":4,".":5,"a":6,"bridge":7,"lake":8}}}"###;
+
+#[test]
+fn encode_many_gives_each_text_its_own_ids_in_order_on_any_thread_count() {
+    let tok = pagoda_frontend::HfTokenizer::from_json(TINY_WORDPIECE).unwrap();
+    // Long enough in all (over 8 KiB a thread) for the threads to be used, uneven lengths.
+    let texts: Vec<String> = (0..37)
+        .map(|i| format!("{i} The river roses. ") + &"a bridge lake rivers ".repeat(i * 53 % 200))
+        .collect();
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let want: Vec<Vec<u32>> = refs.iter().map(|t| tok.encode(t).unwrap()).collect();
+    for threads in [1, 2, 3, 8, 64] {
+        let got: Vec<Vec<u32>> = tok
+            .encode_many(&refs, threads)
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(got, want, "{threads} threads");
+    }
+    assert!(tok.encode_many(&[], 2).is_empty());
+}

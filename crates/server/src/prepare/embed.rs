@@ -86,7 +86,7 @@ pub fn check(e: &Embedder, o: &EmbedOptions) -> Result<EmbedJob, ValidationError
     }
     let mut seqs = match o.input {
         Prompt::Text(t) => vec![encode(t)?],
-        Prompt::Texts(ts) => ts.iter().map(|t| encode(t)).collect::<Result<_, _>>()?,
+        Prompt::Texts(ts) => encode_all(e, prompt, ts, field)?,
         Prompt::Tokens(ids) => vec![ids.clone()],
         Prompt::TokenBatches(b) => b.clone(),
     };
@@ -101,6 +101,30 @@ pub fn check(e: &Embedder, o: &EmbedOptions) -> Result<EmbedJob, ValidationError
         dimensions,
         normalize: o.normalize.unwrap_or(e.normalize),
     })
+}
+
+/// The ids of each of `texts` (after `prompt`), tokenized side by side on the compute
+/// threads: a batch of documents is otherwise a serial wait before the model runs.
+fn encode_all(
+    e: &Embedder,
+    prompt: Option<&str>,
+    texts: &[String],
+    field: &'static str,
+) -> Result<Vec<Vec<u32>>, ValidationError> {
+    let prompted: Vec<String>;
+    let refs: Vec<&str> = match prompt {
+        Some(p) => {
+            prompted = texts.iter().map(|t| format!("{p}{t}")).collect();
+            prompted.iter().map(String::as_str).collect()
+        }
+        None => texts.iter().map(String::as_str).collect(),
+    };
+    let threads = pagoda_kernels::parallel::num_threads();
+    e.tokenizer
+        .encode_many(&refs, threads)
+        .into_iter()
+        .map(|r| r.map_err(|err| ValidationError::rule(field, format!("cannot tokenize: {err}"))))
+        .collect()
 }
 
 /// Refuses ids outside the model's vocabulary, cuts `s` as `truncate` says, then refuses it
