@@ -177,8 +177,8 @@ mod inputs {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
-    /// The KV cache of a tiny llama (2 layers, 2 KV heads of 64, blocks of 4: 4 KiB files): the layout
-    /// the disk tier's files are checked against.
+    /// The KV cache of a tiny llama (2 layers, 2 KV heads of 64, blocks of 4: 4 KiB files):
+    /// the layout the disk tier's files are checked against.
     fn tiny_kv() -> &'static pagoda_model::KvCache {
         static KV: std::sync::OnceLock<pagoda_model::KvCache> = std::sync::OnceLock::new();
         KV.get_or_init(|| {
@@ -302,7 +302,8 @@ mod inputs {
             if m.is_finished() || m.compute_mask().is_err() {
                 break;
             }
-            let Some(t) = (0..structured().vocab_size() as u32).find(|&t| m.is_allowed(t).unwrap_or(false)) else {
+            let vocab = structured().vocab_size() as u32;
+            let Some(t) = (0..vocab).find(|&t| m.is_allowed(t).unwrap_or(false)) else {
                 break;
             };
             if m.consume(t).is_err() {

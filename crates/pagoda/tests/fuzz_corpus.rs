@@ -94,7 +94,8 @@ fn structured_compile_corpus() {
 #[test]
 fn kv_disk_block_corpus() {
     // The target reads a sound file back (so the campaign reached the read, not only the
-    // scan), and any one byte changed in the header or the checksum is refused.
+    // scan), and any one byte changed in the header or the checksum is refused. With
+    // PAGODA_FUZZ_SEED_DIR set, the sound file is written there: the campaign's seed.
     let seed = inputs::kv_disk_seed();
     if let Some(dir) = std::env::var_os("PAGODA_FUZZ_SEED_DIR") {
         std::fs::create_dir_all(&dir).unwrap();
