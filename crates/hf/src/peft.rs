@@ -98,10 +98,21 @@ pub fn convert_lora(dir: &Path, base: LoraBase<'_>) -> Result<GgufFile, HfError>
             )));
         }
     }
-    if cfg.r == 0 || !cfg.lora_alpha.is_finite() {
+    // GGUF scales by alpha / rank: pick the alpha that gives PEFT's scale. It must be finite
+    // (rsLoRA's sqrt(r) can take a finite lora_alpha past f32::MAX): an infinite one would
+    // turn every output of the adapter into inf or NaN.
+    let r = cfg.r as f32;
+    let alpha = if cfg.use_rslora {
+        cfg.lora_alpha * r.sqrt()
+    } else {
+        cfg.lora_alpha
+    };
+    if cfg.r == 0 || !alpha.is_finite() {
         return Err(bad(format!(
-            "r = {} and lora_alpha = {} do not make a scale",
-            cfg.r, cfg.lora_alpha
+            "r = {} and lora_alpha = {}{} do not make a finite scale",
+            cfg.r,
+            cfg.lora_alpha,
+            if cfg.use_rslora { " (rsLoRA)" } else { "" }
         )));
     }
     let arch = match base.architecture {
@@ -118,13 +129,6 @@ pub fn convert_lora(dir: &Path, base: LoraBase<'_>) -> Result<GgufFile, HfError>
     );
     out.kv("general.type", MetaValue::String("adapter".into()));
     out.kv("adapter.type", MetaValue::String("lora".into()));
-    // GGUF scales by alpha / rank: pick the alpha that gives PEFT's scale.
-    let r = cfg.r as f32;
-    let alpha = if cfg.use_rslora {
-        cfg.lora_alpha * r.sqrt()
-    } else {
-        cfg.lora_alpha
-    };
     out.kv("adapter.lora.alpha", MetaValue::F32(alpha));
     let mut names: Vec<&str> = weights.names().collect();
     names.sort_unstable();
@@ -221,4 +225,39 @@ fn transpose(v: &[f32], rows: usize, cols: usize) -> Vec<f32> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by the `peft_config` fuzz target: a finite `lora_alpha` whose rsLoRA scale
+    /// overflows f32 made an adapter of infinite alpha; it is refused now.
+    #[test]
+    fn an_alpha_that_overflows_is_refused() {
+        let dir = std::env::temp_dir().join(format!("pagoda-peft-alpha-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+        let config = r#"{"r": 4, "lora_alpha": 2e38, "use_rslora": true, "modules_to_save": []}"#;
+        std::fs::write(dir.join("adapter_config.json"), config).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(
+            dir.join("adapter_model.safetensors"),
+            b"\x02\x00\x00\x00\x00\x00\x00\x00{}",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let base = LoraBase {
+            architecture: "llama",
+            n_heads: 4,
+            n_kv_heads: 2,
+        };
+        let err = match convert_lora(&dir, base) {
+            Ok(_) => panic!("an infinite alpha was taken"),
+            Err(e) => e.to_string(),
+        };
+        assert!(err.contains("finite scale"), "{err}");
+        // Without rsLoRA the same alpha is a scale (2e38 / 4).
+        let plain = r#"{"r": 4, "lora_alpha": 2e38}"#;
+        std::fs::write(dir.join("adapter_config.json"), plain).unwrap_or_else(|e| panic!("{e}"));
+        assert!(convert_lora(&dir, base).is_ok());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -2,7 +2,8 @@
 //! from a small pool (written to disk) and read back gives bit-identical logprobs (top 20 of
 //! every generated position) to computing it, for f16 and int8 KV and with sliding-window
 //! groups; corrupt, truncated and foreign block files are skipped and deleted, never loaded;
-//! the lock file refuses a second tier on one directory.
+//! the lock file refuses a second tier on one directory; a full disk (the kernel's ENOSPC)
+//! turns the tier off while serving goes on.
 #![allow(clippy::unwrap_used)]
 
 use crate::common;
@@ -266,4 +267,81 @@ fn a_budget_below_one_block_turns_the_tier_off() {
     assert!(!tier.enabled());
     tier.save(BlockHash([1; 32]), vec![0; tier.payload_len()]);
     assert_eq!(tier.stats().blocks_dropped, 1);
+}
+
+/// A full disk, for real: every block of the first prompt is due to be written through a temp
+/// file that is a symbolic link to `/dev/full`, so the writer's one write (`kv/disk/io.rs`)
+/// gets the kernel's ENOSPC. The tier turns itself off at the first one and writes nothing
+/// more, and the engine goes on serving: the evicted prefix is computed again, with the same
+/// logprobs as the first time. (No root and no small filesystem needed; Linux only.)
+#[test]
+fn a_full_disk_stops_the_writes_and_serving_goes_on() {
+    if !Path::new("/dev/full").exists() {
+        eprintln!("skipped: no /dev/full");
+        return;
+    }
+    let dir = TempDir::new("full");
+    let model = common::tiny(&TinyModel::llama());
+    let per_token = model.config().kv_bytes_per_token() as u64;
+    let setup = EngineSetup {
+        kv_cache_memory: Some(per_token * 16 * 24),
+        max_model_len: Some(256),
+        kv_disk: Some(disk(&dir.0, "tiny")),
+        ..EngineSetup::default()
+    };
+    let (mut core, _) = build_engine(model, &setup).unwrap();
+    let p = prompt(160, 1);
+    // The engine's keys of the prompt's 10 full blocks (group 0: the block hashes).
+    let mut keys = Vec::new();
+    pagoda_core::kv::ExtraKeys::default()
+        .chain(pagoda_core::kv::block_hash::root_hash("0"))
+        .extend(&mut keys, &p, 16);
+    assert_eq!(keys.len(), 10);
+    for k in &keys {
+        let tmp = file_of(&dir.0, k).with_extension("tmp");
+        std::os::unix::fs::symlink("/dev/full", tmp).unwrap();
+    }
+    let cold = run(&mut core, request(1, p.clone()));
+    // Other prompts take every block: the first prompt's are evicted and sent to the disk.
+    run(&mut core, request(2, prompt(200, 2)));
+    run(&mut core, request(3, prompt(200, 3)));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let stats = loop {
+        let s = core.stats().kv_tier.unwrap();
+        if !s.enabled {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the tier never saw the full disk: {s:?}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    assert_eq!(stats.blocks_written, 0, "{stats:?}");
+    assert!(stats.blocks_dropped >= 1, "{stats:?}");
+    // Serving goes on from memory alone: the prefix is recomputed, to the same logprobs.
+    let again = run(&mut core, request(4, p));
+    assert_eq!(again[0].num_cached_tokens, 0);
+    let lps =
+        |o: &[EngineOutput]| -> Vec<_> { o.iter().flat_map(|x| x.logprobs.clone()).collect() };
+    assert_eq!(lps(&again), lps(&cold));
+    run(&mut core, request(5, prompt(200, 4)));
+    let after = core.stats().kv_tier.unwrap();
+    assert_eq!(
+        after.blocks_written, 0,
+        "a write after the disk was full: {after:?}"
+    );
+    assert!(!after.enabled);
+    let kvb = std::fs::read_dir(&dir.0)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "kvb")
+        })
+        .count();
+    assert_eq!(kvb, 0);
+    core.scheduler().kv().check_invariants().unwrap();
 }

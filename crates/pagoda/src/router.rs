@@ -68,8 +68,13 @@ pub struct RouterArgs {
     /// The replicas' --api-keys-file: cache_aware then salts each tenant's prompts as the
     /// replicas do, so a tenant's requests find its cached blocks (keys are checked by the
     /// replicas, not here).
+    /// Re-read on SIGHUP (send it to the router too when rotating the replicas' keys).
     #[arg(long, env = "PAGODA_TENANT_KEYS_FILE", value_name = "FILE")]
     tenant_keys_file: Option<std::path::PathBuf>,
+    /// The replicas' --api-key: cache_aware then salts the requests presenting it as the
+    /// replicas salt their `default` tenant.
+    #[arg(long, env = "PAGODA_TENANT_API_KEY", hide_env_values = true)]
+    tenant_api_key: Option<String>,
     /// A key with the `router` scope in the replicas' --api-keys-file, sent to every replica
     /// in `x-pagoda-router-key` (clients' keys still name the tenant): replicas with keys take
     /// `kv_transfer_params` (prefill/decode) only from a request carrying it.
@@ -152,6 +157,7 @@ fn config(args: &RouterArgs) -> anyhow::Result<RouterConfig> {
         Some(m) => Some(Arc::new(PromptTokenizer::open(m, template.as_deref())?)),
         None => None,
     };
+    let tenant_api_key = args.tenant_api_key.clone().filter(|k| !k.is_empty());
     let config = RouterConfig {
         workers,
         dns,
@@ -159,11 +165,12 @@ fn config(args: &RouterArgs) -> anyhow::Result<RouterConfig> {
         tokenizer,
         hash_seed: args.prefix_cache_hash_seed.clone(),
         router_key: args.router_key.clone().filter(|k| !k.is_empty()),
-        tenant_salts: match &args.tenant_keys_file {
-            Some(f) => Some(std::sync::Arc::new(
-                pagoda_router::TenantSalts::read(f).context("--tenant-keys-file")?,
+        tenant_salts: match (&tenant_api_key, &args.tenant_keys_file) {
+            (None, None) => None,
+            (key, file) => Some(Arc::new(
+                pagoda_router::TenantSalts::new(key.as_deref(), file.clone())
+                    .context("--tenant-keys-file")?,
             )),
-            None => None,
         },
         tuning: CacheAwareTuning {
             decode_weight: args.decode_weight,

@@ -2,7 +2,7 @@
 //! fuzz/pack-corpus.py) replayed through the targets' own code (fuzz/inputs.rs, included here
 //! and by every target): each input that once found new coverage runs again on every test
 //! run, so a parser change that panics on one of them fails CI in seconds, not in a campaign.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
@@ -74,4 +74,49 @@ fn safetensors_header_corpus() {
 #[test]
 fn tokenizer_json_corpus() {
     replay("tokenizer_json", inputs::tokenizer_json);
+}
+
+#[test]
+fn hf_config_corpus() {
+    replay("hf_config", inputs::hf_config);
+}
+
+#[test]
+fn peft_config_corpus() {
+    replay("peft_config", inputs::peft_config);
+}
+
+#[test]
+fn structured_compile_corpus() {
+    replay("structured_compile", inputs::structured_compile);
+}
+
+#[test]
+fn kv_disk_block_corpus() {
+    // The target reads a sound file back (so the campaign reached the read, not only the
+    // scan), and any one byte changed in the header or the checksum is refused. With
+    // PAGODA_FUZZ_SEED_DIR set, the sound file is written there: the campaign's seed.
+    let seed = inputs::kv_disk_seed();
+    if let Some(dir) = std::env::var_os("PAGODA_FUZZ_SEED_DIR") {
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(std::path::Path::new(&dir).join("sound.kvb"), &seed).unwrap();
+    }
+    assert!(
+        inputs::kv_disk_block(&seed),
+        "a sound block file was not read back"
+    );
+    for i in [0, 9, 20, 50, 80, 100, seed.len() - 1] {
+        let mut bad = seed.clone();
+        bad[i] ^= 1;
+        assert!(!inputs::kv_disk_block(&bad), "byte {i} changed, still read");
+    }
+    assert!(!inputs::kv_disk_block(&seed[..seed.len() - 1]));
+    replay("kv_disk_block", |d| {
+        inputs::kv_disk_block(d);
+    });
+}
+
+#[test]
+fn api_request_corpus() {
+    replay("api_request", inputs::api_request);
 }

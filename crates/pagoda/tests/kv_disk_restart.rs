@@ -1,7 +1,8 @@
 //! `pagoda serve --kv-disk-dir`: a real restart of the binary (SmolLM2) keeps the prefix cache.
 //! The first server computes a long prompt and, on SIGTERM, saves its cached blocks; the next
 //! server on the directory answers the same prompt with `cached_tokens` for the whole prefix,
-//! read from disk. A second server on a directory in use is refused with a clear error.
+//! read from disk. A second server on a directory in use is refused with a clear error. A
+//! server killed (SIGKILL) mid-write leaves a directory the next one starts on and serves from.
 #![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
@@ -131,6 +132,84 @@ async fn a_restarted_server_serves_a_long_prefix_from_disk() {
         .and_then(|v| v.parse::<u64>().ok())
         .unwrap_or(0);
     assert!(read >= 62, "{metrics}");
-    stop(again);
+
+    // Killed (SIGKILL) while writing blocks: a second prompt computed, SIGTERM starts the
+    // flush of its blocks, SIGKILL lands once the first of them is on disk. The next server
+    // starts on what is left (a temp file cut off mid-write is deleted with a warning), serves
+    // the first prompt whole from disk and the second with whatever prefix of it landed, each
+    // with the text computed before.
+    let second: Vec<u32> = (0..400u32).map(|i| 3000 + (i * 53) % 20000).collect();
+    let second_cold = complete(&c, &base, &second).await;
+    let blocks_before = block_files(&dir).0;
+    let status = Command::new("kill")
+        .args(["-TERM", &again.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (mut kvb, mut tmp) = block_files(&dir);
+    while kvb + tmp <= blocks_before {
+        assert!(
+            Instant::now() < deadline,
+            "the shutdown flush wrote nothing"
+        );
+        std::thread::sleep(Duration::from_micros(200));
+        (kvb, tmp) = block_files(&dir);
+    }
+    kill(again);
+    let (kvb, tmp) = block_files(&dir);
+    eprintln!(
+        "killed mid-flush: {} new blocks written, {tmp} cut off",
+        kvb - blocks_before
+    );
+
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let log = dir.with_extension("log");
+    let third = serve(
+        port,
+        &dir,
+        Stdio::from(std::fs::File::create(&log).unwrap()),
+    );
+    wait_ready(&c, &base).await;
+    assert_eq!(block_files(&dir).1, 0, "a partial block file was kept");
+    if tmp > 0 {
+        let log = std::fs::read_to_string(&log).unwrap();
+        assert!(log.contains("deleting a partial block file"), "{log}");
+    }
+    let first_again = complete(&c, &base, &prompt).await;
+    assert_eq!(
+        first_again["usage"]["prompt_tokens_details"]["cached_tokens"],
+        992
+    );
+    assert_eq!(
+        first_again["choices"][0]["text"],
+        cold["choices"][0]["text"]
+    );
+    let second_again = complete(&c, &base, &second).await;
+    assert_eq!(
+        second_again["choices"][0]["text"],
+        second_cold["choices"][0]["text"]
+    );
+    kill(third);
+    let _ = std::fs::remove_file(dir.with_extension("log"));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The block files (`.kvb`) and temp files of writes under way (`.tmp`) in `dir`.
+fn block_files(dir: &Path) -> (usize, usize) {
+    let (mut kvb, mut tmp) = (0, 0);
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        match e.path().extension().and_then(|x| x.to_str()) {
+            Some("kvb") => kvb += 1,
+            Some("tmp") => tmp += 1,
+            _ => {}
+        }
+    }
+    (kvb, tmp)
+}
+
+fn kill(mut child: Child) {
+    let _ = child.kill();
+    let _ = child.wait();
 }

@@ -210,7 +210,8 @@ pub struct RouterConfig {
     pub tokenizer: Option<Arc<PromptTokenizer>>,
     /// The replicas' `--prefix-cache-hash-seed`.
     pub hash_seed: String,
-    /// The replicas' tenants' salts, from their `--api-keys-file` (`--tenant-keys-file`).
+    /// The replicas' tenants' salts, from their `--api-key` and `--api-keys-file`
+    /// (`--tenant-api-key`, `--tenant-keys-file`).
     pub tenant_salts: Option<Arc<crate::tenant_salts::TenantSalts>>,
     /// A key with the `router` scope on the replicas (`--router-key`): proves to them that
     /// the `kv_transfer_params` of prefill/decode hops come from this router.

@@ -79,13 +79,17 @@ pub async fn build(config: RouterConfig) -> Result<Router, ConfigError> {
     Ok(Router { app, state })
 }
 
-/// Serves `router` on `listener` until `shutdown` resolves.
+/// Serves `router` on `listener` until `shutdown` resolves; a `--tenant-keys-file` is re-read
+/// on SIGHUP meanwhile.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     use axum::serve::ListenerExt;
+    if let Some(salts) = router.state.tenant_salts.as_ref().filter(|s| s.has_file()) {
+        tenant_salts::reload_on_sighup(Arc::clone(salts))?;
+    }
     // Without TCP_NODELAY each streamed chunk can wait for the client's delayed ACK.
     let listener = listener.tap_io(|tcp| {
         let _ = tcp.set_nodelay(true);

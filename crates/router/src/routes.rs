@@ -56,8 +56,7 @@ async fn generate(s: AppState, api: Api, headers: HeaderMap, body: Bytes) -> Res
             let tenant_salt = s
                 .tenant_salts
                 .as_ref()
-                .and_then(|t| t.for_request(&headers))
-                .map(str::to_owned);
+                .and_then(|t| t.for_request(&headers));
             // Templates and BPE over a long prompt take milliseconds: off the runtime.
             tokio::task::spawn_blocking(move || {
                 let Ok(v) = serde_json::from_slice::<Value>(&bytes) else {

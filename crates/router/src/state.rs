@@ -21,7 +21,7 @@ pub struct RouterState {
     pub tokenizer: Option<Arc<PromptTokenizer>>,
     /// The replicas' root hash (from their `--prefix-cache-hash-seed`).
     pub root: BlockHash,
-    /// The replicas' tenants' salts (`--tenant-keys-file`).
+    /// The replicas' tenants' salts (`--tenant-api-key`, `--tenant-keys-file`).
     pub tenant_salts: Option<Arc<crate::tenant_salts::TenantSalts>>,
     /// The router's own key (`--router-key`), sent to every replica in `x-pagoda-router-key`.
     pub router_key: Option<axum::http::HeaderValue>,

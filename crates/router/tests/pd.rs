@@ -5,8 +5,9 @@
 //! prefilled on the decode replica; a transfer cut off mid-way (a relay that drops the
 //! connection after a few KiB) falls back to a local prefill and completes; a peer without the
 //! shared secret (`--kv-transfer-secret-file`, which both replicas share) is refused before
-//! any frame is read; and afterwards neither side holds a block or a buffered transfer. Needs
-//! the `pagoda` binary built.
+//! any frame is read; and afterwards neither side holds a block or a buffered transfer. Last,
+//! the decode replica is killed mid-transfer: the request falls back to another replica and
+//! the prefill side holds nothing. Needs the `pagoda` binary built.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -27,10 +28,13 @@ fn start(extra: &[&str]) -> Replica {
     Replica::spawn(free_port(), &extra)
 }
 
-/// An in-process router: `decode` (with its transfer endpoint `kv`) and one prefill replica.
-async fn router(decode: &Replica, kv: &str, prefill: &Replica) -> String {
+/// An in-process router: `decode` (with its transfer endpoint `kv`) and one prefill replica,
+/// and `plain` as an ordinary replica to fall back on.
+async fn router(decode: &Replica, kv: &str, prefill: &Replica, plain: Option<&Replica>) -> String {
+    let mut workers = vec![WorkerSpec::parse(&format!("{},kv={kv}", decode.url)).unwrap()];
+    workers.extend(plain.map(|p| WorkerSpec::parse(&p.url).unwrap()));
     let config = RouterConfig {
-        workers: vec![WorkerSpec::parse(&format!("{},kv={kv}", decode.url)).unwrap()],
+        workers,
         dns: None,
         policy: PolicyKind::RoundRobin,
         tokenizer: Some(Arc::new(PromptTokenizer::open(&model(), None).unwrap())),
@@ -143,6 +147,51 @@ fn cutting_relay(to: String, limit: usize) -> String {
     addr
 }
 
+/// Relays connections to `to`, forwarding `limit` bytes from the sender and then nothing
+/// more (a transfer stalled mid-way, announced on `stalled`); once the receiver's side ends
+/// (the decode replica died) both connections are closed.
+fn stalling_relay(
+    to: String,
+    limit: usize,
+    stalled: tokio::sync::mpsc::UnboundedSender<()>,
+) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut from) = conn else { continue };
+            let Ok(mut out) = TcpStream::connect(&to) else {
+                continue;
+            };
+            let (Ok(mut back_from), Ok(mut back_to)) = (out.try_clone(), from.try_clone()) else {
+                continue;
+            };
+            let back = std::thread::spawn(move || {
+                let _ = std::io::copy(&mut back_from, &mut back_to);
+            });
+            let mut buf = vec![0u8; 16 << 10];
+            let mut n = 0;
+            while n < limit {
+                let want = (limit - n).min(buf.len());
+                match from.read(&mut buf[..want]) {
+                    Ok(0) | Err(_) => break,
+                    Ok(k) => {
+                        if out.write_all(&buf[..k]).is_err() {
+                            break;
+                        }
+                        n += k;
+                    }
+                }
+            }
+            let _ = stalled.send(());
+            let _ = back.join();
+            let _ = out.shutdown(std::net::Shutdown::Both);
+            let _ = from.shutdown(std::net::Shutdown::Both);
+        }
+    });
+    addr
+}
+
 fn long_prompt(topic: &str) -> String {
     (0..30)
         .map(|i| format!("Fact {i} about {topic}: it is worth knowing and easy to recall."))
@@ -197,7 +246,7 @@ async fn prefill_transfer_decode_matches_one_replica_and_failures_fall_back() {
     prefill.wait_ready(&c).await;
     decode.wait_ready(&c).await;
     let kv = format!("127.0.0.1:{kv_port}");
-    let r = router(&decode, &kv, &prefill).await;
+    let r = router(&decode, &kv, &prefill, None).await;
     let prompt = long_prompt("rivers");
 
     // One replica doing both (the prefill replica serves plain requests too).
@@ -221,7 +270,7 @@ async fn prefill_transfer_decode_matches_one_replica_and_failures_fall_back() {
 
     // A transfer cut off after 64 KiB: the decode replica prefills itself, same output.
     let relay = cutting_relay(kv.clone(), 64 << 10);
-    let r2 = router(&decode, &relay, &prefill).await;
+    let r2 = router(&decode, &relay, &prefill, None).await;
     let started = Instant::now();
     let cut = complete(&c, &r2, &prompt, "cut").await;
     assert_eq!(text(&cut), text(&alone));
@@ -259,4 +308,30 @@ async fn prefill_transfer_decode_matches_one_replica_and_failures_fall_back() {
         settles(&c, url, "pagoda:num_requests_running", 0.0).await;
     }
     settles(&c, &decode.url, "pagoda:kv_transfer_buffered_blocks", 0.0).await;
+
+    // The decode replica killed (SIGKILL) while a transfer to it is under way (a relay has
+    // passed it 64 KiB, then holds the rest): the router falls back to an ordinary replica
+    // (the prefill one) with the same greedy output, and the prefill side ends the transfer
+    // and holds no block, as before the request.
+    let (stalled_tx, mut stalled) = tokio::sync::mpsc::unbounded_channel();
+    let relay = stalling_relay(kv.clone(), 64 << 10, stalled_tx);
+    let r3 = router(&decode, &relay, &prefill, Some(&prefill)).await;
+    let started = Instant::now();
+    let request = tokio::spawn({
+        let (c, r3, prompt) = (c.clone(), r3.clone(), prompt.clone());
+        async move { complete(&c, &r3, &prompt, "killed").await }
+    });
+    tokio::time::timeout(Duration::from_secs(30), stalled.recv())
+        .await
+        .expect("the transfer never reached the relay");
+    decode.signal("-KILL");
+    let answer = tokio::time::timeout(Duration::from_secs(30), request)
+        .await
+        .expect("the request hung after its decode replica died")
+        .unwrap();
+    assert_eq!(text(&answer), text(&alone));
+    assert!(started.elapsed() < Duration::from_secs(30));
+    settles(&c, &prefill.url, "pagoda:kv_transfer_in_flight", 0.0).await;
+    settles(&c, &prefill.url, "pagoda:kv_cache_usage_perc", 0.0).await;
+    settles(&c, &prefill.url, "pagoda:num_requests_running", 0.0).await;
 }

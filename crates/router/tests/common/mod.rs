@@ -35,7 +35,7 @@ fn pagoda_bin() -> PathBuf {
 
 pub use pagoda_testkit::free_port;
 
-/// A `pagoda serve` child process, killed when dropped.
+/// A `pagoda serve` (or `pagoda router`) child process, killed when dropped.
 pub struct Replica {
     child: Child,
     pub url: String,
@@ -53,6 +53,22 @@ impl Replica {
             .env_remove("PAGODA_LOG")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        Self {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+        }
+    }
+
+    /// A `pagoda router` on `port` with `args`, its stderr (the log) written to `log`.
+    pub fn router(port: u16, args: &[String], log: &std::path::Path) -> Self {
+        let child = Command::new(pagoda_bin())
+            .args(["router", "--port", &port.to_string()])
+            .args(args)
+            .env_remove("PAGODA_LOG")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).unwrap())
             .spawn()
             .unwrap();
         Self {

@@ -106,6 +106,8 @@ impl Index {
                 continue;
             };
             if name.ends_with(&format!(".{}", format::TMP_SUFFIX)) {
+                // A write cut off (the server was killed): the block was never renamed in.
+                tracing::warn!(file = %path.display(), "KV disk tier: deleting a partial block file");
                 if fs::remove_file(&path).is_ok() {
                     report.deleted += 1;
                 }
