@@ -5,6 +5,7 @@ batches them and outputs do not change), prints each one's result in order, and 
 process's exit status."""
 
 import io
+import sys
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 
@@ -24,8 +25,36 @@ def select(checks, names):
     return [fn for fn in checks if fn.__name__ in wanted]
 
 
+def complete_sdk_models():
+    """Completes, in this thread, every pydantic model the SDKs have loaded (their `types`
+    modules), before checks run in threads: pydantic completes a model with forward references
+    on first use, and two threads doing so at once can fail (pydantic issue 11849; seen here
+    once, under load: "BaseModel cannot be instantiated directly" reading a chat completion's
+    logprobs). About 0.3 s for the openai SDK's ~670 models."""
+    import importlib
+
+    import pydantic
+
+    # The packages of the response types the checks read (the SDKs import some of them only
+    # when a resource is first used, which would be in a check's thread).
+    for sdk, packages in (("openai", ("types", "types.chat", "types.responses")),
+                          ("anthropic", ("types",))):
+        if sdk in sys.modules:
+            for package in packages:
+                importlib.import_module(f"{sdk}.{package}")
+    sdks = ("openai.types", "anthropic.types")
+    for name, module in list(sys.modules.items()):
+        if module is None or not name.startswith(sdks):
+            continue
+        for value in list(vars(module).values()):
+            if (isinstance(value, type) and issubclass(value, pydantic.BaseModel)
+                    and value is not pydantic.BaseModel and value.__module__ == name):
+                value.model_rebuild()
+
+
 def run_all(checks, ctx, label=""):
     """Runs `checks` against `ctx` concurrently; 0 when every one passed, else 1."""
+    complete_sdk_models()
 
     def run(fn):
         out = io.StringIO()

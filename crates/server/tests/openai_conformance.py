@@ -23,6 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import openai
 
+import checks
+
 CHECKS = []
 
 
@@ -638,6 +640,7 @@ def main():
             return out.getvalue(), (fn.__name__, f"{type(e).__name__}: {e}")
 
     chosen = [fn for fn in CHECKS if not args.only or args.only in fn.__name__]
+    checks.complete_sdk_models()
     with ThreadPoolExecutor(max_workers=max(1, len(chosen))) as pool:
         for text, failure in pool.map(run, chosen):
             print(text, end="", flush=True)
