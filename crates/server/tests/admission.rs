@@ -105,7 +105,17 @@ async fn a_request_predicted_past_the_ttft_target_is_429_with_retry_after() {
     });
     let s = TestServer::start(setup, config());
     let c = client();
-    let before = metric(&c, &s.base, "pagoda:prompt_tokens_total").await;
+    // The start-up warm-up's prompt is counted after the step that ran it, which can come after
+    // the server answers: wait for it, or it lands between the two readings.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let before = loop {
+        let v = metric(&c, &s.base, "pagoda:prompt_tokens_total").await;
+        if v > 0.0 || std::time::Instant::now() > deadline {
+            break v;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert!(before > 0.0, "the warm-up's prompt was never counted");
     let body = json!({"model": MODEL, "prompt": "word ".repeat(400), "max_tokens": 4});
     let r = c
         .post(s.url("/v1/completions"))
