@@ -88,13 +88,7 @@ mod inputs {
 
     /// The safetensors reader, through a file as the loader reads it (mapped).
     pub fn safetensors_header(data: &[u8]) {
-        let dir = std::path::Path::new("/dev/shm");
-        let dir = if dir.is_dir() {
-            dir.to_path_buf()
-        } else {
-            std::env::temp_dir()
-        };
-        let path = dir.join(format!("pagoda-fuzz-{}.safetensors", std::process::id()));
+        let path = scratch_root().join(format!("pagoda-fuzz-{}.safetensors", std::process::id()));
         if std::fs::write(&path, data).is_err() {
             return;
         }
@@ -122,15 +116,19 @@ mod inputs {
         }
     }
 
-    /// A scratch directory of this process under /dev/shm (else the temp dir), emptied.
-    fn scratch(name: &str) -> std::path::PathBuf {
-        let root = std::path::Path::new("/dev/shm");
-        let root = if root.is_dir() {
-            root.to_path_buf()
+    /// /dev/shm when there is one (no disk writes per input), else the temp dir.
+    fn scratch_root() -> std::path::PathBuf {
+        let shm = std::path::Path::new("/dev/shm");
+        if shm.is_dir() {
+            shm.to_path_buf()
         } else {
             std::env::temp_dir()
-        };
-        let dir = root.join(format!("pagoda-fuzz-{name}-{}", std::process::id()));
+        }
+    }
+
+    /// A scratch directory of this process under [`scratch_root`], emptied.
+    fn scratch(name: &str) -> std::path::PathBuf {
+        let dir = scratch_root().join(format!("pagoda-fuzz-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let _ = std::fs::create_dir_all(&dir);
         dir

@@ -21,20 +21,8 @@ import numpy as np
 import sentence_transformers
 from sentence_transformers import SentenceTransformer
 
-SENTENCES = [
-    "A man is playing a guitar.",
-    "Someone is playing an acoustic guitar on stage.",
-    "The stock market fell sharply this morning.",
-    "Le chat dort sur le canapé.",
-    "Die Katze schläft auf dem Sofa.",
-    "El gato duerme en el sofá.",
-    "猫はソファの上で寝ています。",
-    "猫在沙发上睡觉。",
-    "Кошка спит на диване.",
-    "How do I reset my password?",
-    "I forgot my password and cannot log in.",
-    "Photosynthesis converts light energy into chemical energy.",
-]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from embeddings import SENTENCES  # noqa: E402 - one list of the test sentences
 PORT = 8411
 
 

@@ -273,4 +273,5 @@ def main():
     print(f"# load average after {os.getloadavg()[0]:.2f}")
 
 
-main()
+if __name__ == "__main__":
+    main()

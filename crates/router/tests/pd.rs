@@ -125,20 +125,7 @@ fn cutting_relay(to: String, limit: usize) -> String {
             std::thread::spawn(move || {
                 let _ = std::io::copy(&mut back_from, &mut back_to);
             });
-            let mut buf = vec![0u8; 16 << 10];
-            let mut n = 0;
-            while n < limit {
-                let want = (limit - n).min(buf.len());
-                match from.read(&mut buf[..want]) {
-                    Ok(0) | Err(_) => break,
-                    Ok(k) => {
-                        if out.write_all(&buf[..k]).is_err() {
-                            break;
-                        }
-                        n += k;
-                    }
-                }
-            }
+            forward_up_to(&mut from, &mut out, limit);
             // Both directions closed: the decode side sees the stream end inside a frame.
             let _ = out.shutdown(std::net::Shutdown::Both);
             let _ = from.shutdown(std::net::Shutdown::Both);
@@ -169,20 +156,7 @@ fn stalling_relay(
             let back = std::thread::spawn(move || {
                 let _ = std::io::copy(&mut back_from, &mut back_to);
             });
-            let mut buf = vec![0u8; 16 << 10];
-            let mut n = 0;
-            while n < limit {
-                let want = (limit - n).min(buf.len());
-                match from.read(&mut buf[..want]) {
-                    Ok(0) | Err(_) => break,
-                    Ok(k) => {
-                        if out.write_all(&buf[..k]).is_err() {
-                            break;
-                        }
-                        n += k;
-                    }
-                }
-            }
+            forward_up_to(&mut from, &mut out, limit);
             let _ = stalled.send(());
             let _ = back.join();
             let _ = out.shutdown(std::net::Shutdown::Both);
@@ -190,6 +164,24 @@ fn stalling_relay(
         }
     });
     addr
+}
+
+/// Copies at most `limit` bytes from `from` to `out` (less if either side closes first).
+fn forward_up_to(from: &mut TcpStream, out: &mut TcpStream, limit: usize) {
+    let mut buf = vec![0u8; 16 << 10];
+    let mut n = 0;
+    while n < limit {
+        let want = (limit - n).min(buf.len());
+        match from.read(&mut buf[..want]) {
+            Ok(0) | Err(_) => break,
+            Ok(k) => {
+                if out.write_all(&buf[..k]).is_err() {
+                    break;
+                }
+                n += k;
+            }
+        }
+    }
 }
 
 fn long_prompt(topic: &str) -> String {
