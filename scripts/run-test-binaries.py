@@ -1,16 +1,14 @@
 #!/usr/bin/env python3
 """Runs the test binaries `cargo test --no-run --message-format=json` built (read on stdin), as
-`cargo test` would run them (each in its package's directory), in two phases of two lanes.
+`cargo test` would run them (each in its package's directory), but the two longest side by side.
 
-Why: the model and server test binaries are most of the suite's time on 2 cores, and the
+Why: the model and server test binaries are 280 of the suite's ~370 s on 2 cores, and the
 server's tests spend much of theirs waiting on sockets and Python clients, so the two together
-keep both cores busy where one after the other left one idle (289 s against 317 s). Then the
-router's binaries, which start real replica processes and mostly wait on them, run one after
-the other in one lane while everything else runs one at a time in the other. The router's
-binaries never run beside each other: side by side on a loaded machine, pd.rs's 30 s bound on
-the fallback path failed (docs/testing.md). Every binary runs even if one fails (cargo test
-stops at the first); each one's output is printed whole when it ends, and the exit status is
-non-zero if any failed.
+keep both cores busy where one after the other left one idle. Everything else runs one at a
+time afterwards, as before: the router's binaries start real replica processes with time bounds
+that a loaded machine can break (docs/testing.md). Every binary runs even if one fails (cargo
+test stops at the first); each one's output is printed whole when it ends, and the exit status
+is non-zero if any failed.
 """
 
 import json
@@ -20,11 +18,8 @@ import sys
 import threading
 import time
 
-# The first phase: these two binaries side by side, by (package, target) name.
+# Test binaries run side by side, by (package, target) name; the rest run alone afterwards.
 SIDE_BY_SIDE = [("pagoda-model-tests", "integration"), ("pagoda-server", "integration")]
-# The second phase: the router's replica-starting binaries, in this order, in one lane; every
-# other binary in the other.
-ROUTER_LANE = [("pagoda-router", "pd"), ("pagoda-router", "router"), ("pagoda-router", "tenants")]
 
 
 def binaries(lines):
@@ -72,26 +67,15 @@ def main():
     if not all_binaries:
         sys.exit("error: no test binaries in cargo's output")
     results, lock = [], threading.Lock()
-
-    def lanes(*groups):
-        """Runs each group's binaries one after the other, the groups side by side."""
-        def one_by_one(group):
-            for b in group:
-                run(b, results, lock)
-        threads = [threading.Thread(target=one_by_one, args=(g,)) for g in groups]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-
-    def name(b):
-        return (b[0], b[1])
-
-    paired = [b for b in all_binaries if name(b) in SIDE_BY_SIDE]
-    lanes(*[[b] for b in paired])
-    router = sorted((b for b in all_binaries if name(b) in ROUTER_LANE),
-                    key=lambda b: ROUTER_LANE.index(name(b)))
-    lanes(router, [b for b in all_binaries if b not in paired and b not in router])
+    paired = [b for b in all_binaries if (b[0], b[1]) in SIDE_BY_SIDE]
+    threads = [threading.Thread(target=run, args=(b, results, lock)) for b in paired]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for b in all_binaries:
+        if b not in paired:
+            run(b, results, lock)
     failed = [f"{b[0]} {b[1]}" for b, code in results if code != 0]
     if failed:
         sys.exit("error: test binaries failed: " + ", ".join(failed))
