@@ -1,5 +1,5 @@
 //! The poller: every `poll_interval` each replica's /ready (200 ready, 503 loading or
-//! draining, no answer down) and /metrics (running + waiting requests, engine steps to spot a
+//! draining, a refused connection or `MISSED_POLLS_DOWN` timeouts in a row down) and /metrics (running + waiting requests, engine steps to spot a
 //! restart, the block size, the LoRA adapters' digests) are read, concurrently, each with a timeout.
 
 use std::sync::Arc;
@@ -35,14 +35,19 @@ async fn poll(w: Arc<Worker>, client: reqwest::Client, timeout: Duration) {
         .timeout(timeout)
         .send()
         .await;
-    let health = match ready {
-        Ok(r) if r.status().is_success() => Health::Ready,
-        Ok(_) => Health::Draining,
-        Err(_) => Health::Down,
-    };
-    w.set_health(health);
-    if health == Health::Down {
-        return;
+    match ready {
+        Ok(r) if r.status().is_success() => w.answered_poll(Health::Ready),
+        Ok(_) => w.answered_poll(Health::Draining),
+        // Nothing listens there: the process is gone.
+        Err(e) if e.is_connect() && !e.is_timeout() => {
+            w.set_health(Health::Down);
+            return;
+        }
+        // Late (or cut off): busy, or hung; only a run of these is taken for a hang.
+        Err(_) => {
+            w.missed_poll();
+            return;
+        }
     }
     let metrics = client
         .get(format!("{}/metrics", w.url()))
@@ -73,4 +78,50 @@ async fn poll(w: Arc<Worker>, client: reqwest::Client, timeout: Duration) {
     .filter_map(|(name, hex)| Some((name, u64::from_str_radix(&hex, 16).ok()?)))
     .collect();
     w.observe_adapters(adapters);
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::config::WorkerSpec;
+    use crate::worker::MISSED_POLLS_DOWN;
+
+    fn worker(addr: std::net::SocketAddr) -> Arc<Worker> {
+        Arc::new(Worker::new(
+            WorkerSpec::parse(&format!("http://{addr}")).unwrap(),
+        ))
+    }
+
+    #[tokio::test]
+    async fn a_late_replica_is_down_only_after_a_run_of_missed_polls() {
+        // Accepts connections and never answers: a replica too busy to reply in time.
+        let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let w = worker(silent.local_addr().unwrap());
+        let held = tokio::spawn(async move {
+            let mut conns = Vec::new();
+            while let Ok((c, _)) = silent.accept().await {
+                conns.push(c);
+            }
+        });
+        let client = reqwest::Client::builder().no_proxy().build().unwrap();
+        let timeout = Duration::from_millis(50);
+        for _ in 1..MISSED_POLLS_DOWN {
+            poll(Arc::clone(&w), client.clone(), timeout).await;
+            assert_eq!(w.health(), Health::Unknown);
+        }
+        poll(Arc::clone(&w), client.clone(), timeout).await;
+        assert_eq!(w.health(), Health::Down);
+        held.abort();
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_is_down_at_once() {
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let w = worker(closed.local_addr().unwrap());
+        drop(closed);
+        let client = reqwest::Client::builder().no_proxy().build().unwrap();
+        poll(Arc::clone(&w), client, Duration::from_secs(1)).await;
+        assert_eq!(w.health(), Health::Down);
+    }
 }

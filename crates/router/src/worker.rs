@@ -3,7 +3,7 @@
 //! index (fed by its KV events) and the router's counters for it.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::config::WorkerSpec;
 use crate::index::BlockIndex;
@@ -42,6 +42,11 @@ impl Health {
     }
 }
 
+/// Health polls in a row that got no answer in time before a replica is taken for down. A
+/// replica busy with a long prefill on a loaded machine answers late; a dead one refuses the
+/// connection, which marks it down at once. Kubernetes' readiness probe waits for three too.
+pub const MISSED_POLLS_DOWN: u32 = 3;
+
 /// The router's counters for one replica.
 #[derive(Debug, Default)]
 pub struct WorkerCounters {
@@ -62,6 +67,8 @@ pub struct WorkerCounters {
 pub struct Worker {
     pub spec: WorkerSpec,
     health: AtomicU8,
+    /// Health polls in a row that timed out ([`MISSED_POLLS_DOWN`]).
+    missed_polls: AtomicU32,
     /// Requests the router has in flight on it.
     in_flight: AtomicUsize,
     /// `num_requests_running + num_requests_waiting` at the last poll.
@@ -85,6 +92,7 @@ impl Worker {
         Self {
             spec,
             health: AtomicU8::new(Health::Unknown as u8),
+            missed_polls: AtomicU32::new(0),
             in_flight: AtomicUsize::new(0),
             polled_load: AtomicUsize::new(0),
             engine_steps: AtomicU64::new(0),
@@ -129,6 +137,22 @@ impl Worker {
                 "replica"
             );
         }
+    }
+
+    /// A health poll got an answer: `h`, and the run of missed polls ends.
+    pub fn answered_poll(&self, h: Health) {
+        self.missed_polls.store(0, Ordering::Relaxed);
+        self.set_health(h);
+    }
+
+    /// A health poll timed out: down once [`MISSED_POLLS_DOWN`] have in a row, otherwise its
+    /// health stands. Returns whether it is now down.
+    pub fn missed_poll(&self) -> bool {
+        let missed = self.missed_polls.fetch_add(1, Ordering::Relaxed) + 1;
+        if missed >= MISSED_POLLS_DOWN {
+            self.set_health(Health::Down);
+        }
+        self.health() == Health::Down
     }
 
     /// Whether new requests may go to it.
