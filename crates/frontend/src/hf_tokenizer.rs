@@ -3,8 +3,43 @@
 //! and padding settings are turned off: the server decides what is too long.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::error::TokenizerError;
+
+/// Helper threads of [`HfTokenizer::encode_many`] running now, in the whole process.
+static HELPERS: AtomicUsize = AtomicUsize::new(0);
+
+/// A reservation of helper threads, returned when dropped.
+struct Helpers(usize);
+
+impl Helpers {
+    /// Up to `want` helpers, while the process runs fewer than `cap` in all.
+    fn reserve(want: usize, cap: usize) -> Self {
+        let mut running = HELPERS.load(Ordering::Relaxed);
+        loop {
+            let n = want.min(cap.saturating_sub(running));
+            if n == 0 {
+                return Self(0);
+            }
+            match HELPERS.compare_exchange_weak(
+                running,
+                running + n,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Self(n),
+                Err(now) => running = now,
+            }
+        }
+    }
+}
+
+impl Drop for Helpers {
+    fn drop(&mut self) {
+        HELPERS.fetch_sub(self.0, Ordering::AcqRel);
+    }
+}
 
 pub struct HfTokenizer {
     inner: tokenizers::Tokenizer,
@@ -63,10 +98,14 @@ impl HfTokenizer {
         // Below this many bytes in all a thread's start (tens of us) is not worth it.
         const MIN_BYTES_PER_THREAD: usize = 8 << 10;
         let bytes: usize = texts.iter().map(|t| t.len()).sum();
-        let threads = threads
+        let wanted = threads
             .min(texts.len())
             .min(bytes / MIN_BYTES_PER_THREAD)
             .max(1);
+        // Concurrent requests share one set of helpers: without the budget, n requests at
+        // once would start n x (threads - 1) threads on `threads` cores.
+        let helpers = Helpers::reserve(wanted - 1, threads.saturating_sub(1));
+        let threads = 1 + helpers.0;
         if threads == 1 {
             return texts.iter().map(|t| self.encode(t)).collect();
         }
@@ -81,24 +120,28 @@ impl HfTokenizer {
             }
         }
         runs.push(start..texts.len());
+        // A panic inside the tokenizers crate is one error per text of its run, so the
+        // results still line up and the request gets an error, not a dead handler.
+        let encode_run = |r: std::ops::Range<usize>| -> Vec<Result<Vec<u32>, TokenizerError>> {
+            let n = r.len();
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                texts[r].iter().map(|t| self.encode(t)).collect()
+            }))
+            .unwrap_or_else(|_| {
+                (0..n)
+                    .map(|_| Err(TokenizerError::Json("the tokenizer panicked".into())))
+                    .collect()
+            })
+        };
         std::thread::scope(|s| {
-            let handles: Vec<_> = runs
-                .into_iter()
-                .map(|r| {
-                    let n = r.len();
-                    let h = s.spawn(move || texts[r].iter().map(|t| self.encode(t)).collect());
-                    (n, h)
-                })
-                .collect();
-            let mut out = Vec::with_capacity(texts.len());
-            for (n, h) in handles {
-                match h.join() {
-                    Ok(ids) => out.extend::<Vec<_>>(ids),
-                    // One error per text of the run, so the results still line up.
-                    Err(_) => out.extend(
-                        (0..n).map(|_| Err(TokenizerError::Json("the tokenizer panicked".into()))),
-                    ),
-                }
+            let mut runs = runs.into_iter();
+            let own = runs.next().unwrap_or(0..0);
+            let handles: Vec<_> = runs.map(|r| s.spawn(move || encode_run(r))).collect();
+            // The calling thread takes the first run rather than waiting idle.
+            let mut out = encode_run(own);
+            for h in handles {
+                // `encode_run` catches its panics: a join cannot fail.
+                out.extend(h.join().unwrap_or_default());
             }
             out
         })
@@ -133,5 +176,20 @@ impl HfTokenizer {
         self.inner
             .decode(ids, true)
             .map_err(|e| TokenizerError::Json(e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn concurrent_calls_share_one_budget_of_helpers() {
+        let first = Helpers::reserve(3, 2);
+        assert_eq!(first.0, 2, "no more than the cap");
+        assert_eq!(Helpers::reserve(1, 2).0, 0, "the budget is spent");
+        drop(first);
+        let again = Helpers::reserve(1, 2);
+        assert_eq!(again.0, 1, "returned when dropped");
     }
 }
