@@ -15,6 +15,7 @@ use pagoda_server::ServerConfig;
 
 const API_KEY: &str = "sk-front-apis";
 
+/// The binary's Qwen server, shared by every file that needs a tool-trained model.
 pub fn qwen() -> &'static TestServer {
     static S: OnceLock<TestServer> = OnceLock::new();
     S.get_or_init(|| {

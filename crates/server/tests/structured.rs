@@ -17,11 +17,9 @@ fn smol() -> &'static TestServer {
     S.get_or_init(|| TestServer::start(common::small_setup(), common::config()))
 }
 
+/// The binary's one Qwen server (a second copy of the model would double its load).
 fn qwen() -> &'static TestServer {
-    static S: OnceLock<TestServer> = OnceLock::new();
-    S.get_or_init(|| {
-        TestServer::start_model(common::qwen_path(), common::small_setup(), common::config())
-    })
+    crate::front_apis::qwen()
 }
 
 fn weather_tool() -> Value {
