@@ -1,8 +1,8 @@
-//! LoRA adapters end to end on the model side. For tiny random models and the real SmolLM2 and
-//! Qwen 0.5B, with random adapters of ranks 4-64 made here (GGUF and PEFT): the logits with the
-//! adapter equal those of a model whose weights were merged in f32 (the targeted matrices
-//! dequantized, plus `scale * B A`, in both models), within 1e-3 of the largest logit (tiny models, SmolLM2) or
-//! 1e-2 (Qwen, whose embedding stays quantized), and greedy tokens agree. A request with adapter X gives bit-identical logits
+//! LoRA adapters end to end on the model side. For tiny random models (llama, Gemma 3, Qwen2's
+//! biased q/k/v) and the real SmolLM2, with random adapters of ranks 4-64 made here (GGUF and
+//! PEFT): the logits with the adapter equal those of a model whose weights were merged in f32
+//! (the targeted matrices dequantized, plus `scale * B A`, in both models), within 1e-3 of the
+//! largest logit, and greedy tokens agree. A request with adapter X gives bit-identical logits
 //! alone, next to base-only requests, and next to adapters Y and Z. Every malformed adapter is
 //! refused with an error naming what is wrong. The real models are loaded once each.
 #![allow(clippy::unwrap_used)]
@@ -52,8 +52,8 @@ fn load(c: &ModelConfig, file: &GgufFile) -> Result<LoraAdapter, LoraError> {
     LoraAdapter::from_gguf(file, c, &LoraOptions::default())
 }
 
-/// `base` with every matrix stored as f32 (dequantized, the token embedding too), plus the adapter's `scale * B A` where it changes one when `merge`. With
-/// every matmul in f32 no activation is quantized, whose rounding would turn the last-bit
+/// `base` with every matrix stored as f32 (dequantized, the token embedding too), plus the
+/// adapter's `scale * B A` where it changes one when `merge`. With every matmul in f32 no activation is quantized, whose rounding would turn the last-bit
 /// differences of two correct summation orders into visible ones.
 fn with_f32_targets(base: &GgufFile, adapter: &LoraAdapter, merge: bool) -> GgufFile {
     let mut out = GgufAssembly::new();

@@ -105,6 +105,17 @@ fn gemma3_two_stages_match_one_process() {
     check_matches_one_process(&TinyModel::gemma3());
 }
 
+/// A LoRA adapter on two stages: each stage adds it in its own layers; one process's bits.
+#[test]
+fn lora_adapters_with_two_stages_match_one_process() {
+    let spec = llama();
+    let reqs = common::split::with_adapter(&spec, &requests()[..2]);
+    let one = common::run_engine(common::tiny(&spec), &base(), &reqs);
+    common::split::assert_adapter_changed_outputs(&one, 0.0);
+    let two = common::run_engine(common::tiny(&spec), &setup(2), &reqs);
+    assert_eq!(bits(&one), bits(&two), "two stages differ from one process");
+}
+
 #[test]
 fn engine_features_with_two_stages() {
     // Every feature at once (common/features.rs): still one process's bits, and each ran.

@@ -116,6 +116,54 @@ fn gemma3_replicated_kv_head_two_ranks_match_one() {
     check_matches_one_rank(&TinyModel::gemma3(), base(), &requests());
 }
 
+/// Tokens of `two` equal `one`'s up to a position where `one`'s two best are within
+/// `2 * LOGPROB_TOL` (a near tie the summation order may break either way), and
+/// log-probabilities within `LOGPROB_TOL` before it.
+fn assert_close_up_to_a_tie(one: &common::Generated, two: &common::Generated, what: &str) {
+    let agreed = one
+        .token_ids
+        .iter()
+        .zip(&two.token_ids)
+        .take_while(|(a, b)| a == b)
+        .count();
+    for (pa, pb) in one.logprobs.iter().zip(&two.logprobs).take(agreed) {
+        for (ta, tb) in pa.top.iter().zip(&pb.top) {
+            let d = (ta.logprob - tb.logprob).abs();
+            assert!(
+                d < LOGPROB_TOL,
+                "{what}: logprob {} vs {}",
+                ta.logprob,
+                tb.logprob
+            );
+        }
+    }
+    if agreed < one.token_ids.len() {
+        let top = &one.logprobs[agreed].top;
+        let gap = top[0].logprob - top[1].logprob;
+        assert!(
+            gap < 2.0 * LOGPROB_TOL,
+            "{what}: tokens differ at {agreed} where one rank's best two are {gap} apart"
+        );
+    }
+}
+
+/// A LoRA adapter split as the weights are (B's rows for q/k/v and gate/up, A's columns for
+/// o and down, the partial products summed by the all-reduce), on llama and on Gemma 3's
+/// replicated KV head, requests with and without it in one batch.
+#[test]
+fn lora_adapters_with_two_ranks_match_one() {
+    for spec in [llama(), TinyModel::gemma3()] {
+        let reqs = common::split::with_adapter(&spec, &requests()[..2]);
+        let one = common::run_engine(common::tiny(&spec), &base(), &reqs);
+        common::split::assert_adapter_changed_outputs(&one, LOGPROB_TOL);
+        let two = common::run_engine(common::tiny(&spec), &setup(2), &reqs);
+        for (i, (a, b)) in one.iter().zip(&two).enumerate() {
+            assert!(!b.token_ids.is_empty(), "request {i}: nothing generated");
+            assert_close_up_to_a_tie(a, b, &format!("{:?} request {i}", spec.arch));
+        }
+    }
+}
+
 #[test]
 fn engine_features_with_two_ranks() {
     // Every feature at once (common/features.rs), then proof that each ran with two ranks.

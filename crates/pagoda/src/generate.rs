@@ -137,12 +137,6 @@ fn sampling(args: &GenerateArgs, d: &SamplingDefaults) -> SamplingParams {
 
 pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     let setup = args.engine.resolve()?;
-    if setup.tensor_parallel.size * setup.pipeline_parallel.size > 1 && args.lora.is_some() {
-        // Adapters would need splitting like the weights they adapt.
-        anyhow::bail!(
-            "--lora is not supported with --tensor-parallel-size or --pipeline-parallel-size > 1 yet"
-        );
-    }
     // Caught again with the prompts below; here so a bad flag costs no model load.
     sampling(&args, &SamplingDefaults::default())
         .validate()

@@ -173,14 +173,6 @@ pub struct ServeArgs {
 
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let mut setup = args.engine.resolve()?;
-    if setup.tensor_parallel.size * setup.pipeline_parallel.size > 1
-        && (!args.lora_modules.is_empty() || args.enable_lora_runtime_updates)
-    {
-        // Adapters would need splitting like the weights they adapt.
-        anyhow::bail!(
-            "LoRA adapters are not supported with --tensor-parallel-size or --pipeline-parallel-size > 1 yet"
-        );
-    }
     if let Some(dir) = &args.kv_disk_dir {
         let size = args.kv_disk_size.as_deref().unwrap_or("20GiB");
         setup.kv_disk = Some(pagoda_model::KvDiskConfig {

@@ -65,14 +65,14 @@ impl LoraTarget {
 /// One projection's low-rank update `scale * B A`.
 #[derive(Clone, Debug)]
 pub struct LoraWeights {
-    rank: usize,
-    d_in: usize,
-    d_out: usize,
+    pub(super) rank: usize,
+    pub(super) d_in: usize,
+    pub(super) d_out: usize,
     /// `[rank][in]`.
-    a: Vec<f32>,
+    pub(super) a: Vec<f32>,
     /// B transposed: `[rank][out]`.
-    bt: Vec<f32>,
-    scale: f32,
+    pub(super) bt: Vec<f32>,
+    pub(super) scale: f32,
 }
 
 impl LoraWeights {
@@ -158,14 +158,10 @@ impl LoraAdapter {
         n_layers: usize,
         parts: impl IntoIterator<Item = (usize, LoraTarget, LoraWeights)>,
     ) -> Self {
-        let mut layers: Vec<[Option<LoraWeights>; 7]> =
-            (0..n_layers).map(|_| Default::default()).collect();
-        for (il, t, w) in parts {
-            layers[il][t.index()] = Some(w);
-        }
+        let mut adapter = Self::with_digest(n_layers, parts, 0);
         let mut h = Sha256::new();
         h.update(b"pagoda-lora-v1");
-        for (il, layer) in layers.iter().enumerate() {
+        for (il, layer) in adapter.layers.iter().enumerate() {
             for (t, w) in layer.iter().enumerate() {
                 if let Some(w) = w {
                     h.update((il as u64).to_le_bytes());
@@ -179,10 +175,23 @@ impl LoraAdapter {
         let sum = h.finalize();
         let mut first = [0u8; 8];
         first.copy_from_slice(&sum[..8]);
-        Self {
-            digest: u64::from_le_bytes(first),
-            layers,
+        adapter.digest = u64::from_le_bytes(first);
+        adapter
+    }
+
+    /// The adapter of `parts` under a digest given (a tensor-parallel rank's part keeps the
+    /// whole adapter's).
+    pub(super) fn with_digest(
+        n_layers: usize,
+        parts: impl IntoIterator<Item = (usize, LoraTarget, LoraWeights)>,
+        digest: u64,
+    ) -> Self {
+        let mut layers: Vec<[Option<LoraWeights>; 7]> =
+            (0..n_layers).map(|_| Default::default()).collect();
+        for (il, t, w) in parts {
+            layers[il][t.index()] = Some(w);
         }
+        Self { layers, digest }
     }
 
     /// The update of `target` in layer `il`, if the adapter has one.

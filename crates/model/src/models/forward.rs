@@ -23,7 +23,7 @@ impl Model {
         s: &'s mut ForwardScratch,
     ) -> &'s [f32] {
         if let Some(stage) = &self.stage {
-            return crate::pipeline_parallel::step::run(stage, self, batch, kv, s);
+            return crate::pipeline_parallel::step::run(stage, self, batch, adapters, kv, s);
         }
         self.embed(batch, s);
         let pruned = self.run_layers(batch, adapters, kv, s);

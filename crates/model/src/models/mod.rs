@@ -49,6 +49,8 @@ pub struct Model {
     rope_swa: Rope,
     /// The part of the model this rank holds (the whole of it without tensor parallelism).
     shard: Shard,
+    /// The whole model's configuration (`config` is this rank's part of it).
+    full_config: ModelConfig,
     /// The rank's group, with tensor parallelism: partial sums are all-reduced after each
     /// attention output and FFN, and the LM head's vocabulary slices gathered.
     tp: Option<TpRank>,
@@ -249,9 +251,11 @@ impl Model {
         let rope = Rope::new(c.head_dim, c.n_rot, c.rope_base, c.rope_style);
         let rope_swa = Rope::new(c.head_dim, c.n_rot, c.rope_base_swa, c.rope_style);
         let pack_cache = weights.finish_packing();
+        let full_config = config.clone();
         let config = shard.local_config(&config);
         Ok(Self {
             config,
+            full_config,
             weights,
             pack_cache,
             token_embd,
@@ -319,6 +323,12 @@ impl Model {
 
     pub fn config(&self) -> &ModelConfig {
         &self.config
+    }
+
+    /// The whole model's configuration, which a tensor-parallel rank's [`Model::config`] is
+    /// its part of (what adapters and requests are checked against).
+    pub fn full_config(&self) -> &ModelConfig {
+        &self.full_config
     }
 
     /// Chooses what KV caches built for this model store (before the executor is built).

@@ -47,8 +47,4 @@ impl RankRole for PipelineRoles {
         }
         .into()
     }
-
-    fn unsupported(&self, what: &'static str) -> ModelError {
-        PpError::Unsupported(what).into()
-    }
 }

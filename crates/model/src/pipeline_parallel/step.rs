@@ -1,13 +1,15 @@
 //! A pipeline stage's part of one step: the batch cut into micro-batches, each taken from the
-//! previous stage (or embedded, on stage 0), run through the stage's layers and passed on (or,
-//! on the last stage, through the LM head and back to rank 0, which lays the logits rows out
-//! in the step's order). Stage 0 sends every micro-batch before it waits for logits, so with
+//! previous stage (or embedded, on stage 0), run through the stage's layers (adding its
+//! sequences' adapters) and passed on (or, on the last stage, through the LM head and back to
+//! rank 0, which lays the logits rows out in the step's order). Stage 0 sends every micro-batch before it waits for logits, so with
 //! two stages it runs micro-batch 1 while stage 1 runs micro-batch 0.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::micro_batch;
 use super::stage::PpStage;
+use crate::lora::LoraAdapter;
 use crate::models::{ForwardScratch, Model, ensure};
 use crate::{ForwardBatch, KvCache};
 
@@ -17,6 +19,7 @@ pub(crate) fn run<'s>(
     st: &PpStage,
     m: &Model,
     batch: &ForwardBatch,
+    adapters: &[Arc<LoraAdapter>],
     kv: &mut KvCache,
     s: &'s mut ForwardScratch,
 ) -> &'s [f32] {
@@ -39,7 +42,7 @@ pub(crate) fn run<'s>(
         } else {
             s.x = st.recv(st.stage - 1, t * d);
         }
-        let pruned = m.run_layers(b, &[], kv, s);
+        let pruned = m.run_layers(b, adapters, kv, s);
         if st.is_last() {
             let logits = m.head(b, pruned, s);
             st.send(0, logits);

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::lora::LoraAdapter;
+use crate::lora::{LoraAdapter, LoraShards};
 use crate::models::{ForwardScratch, Model};
 use crate::pipeline_parallel::{Mailboxes, PipelineParallelConfig, PipelineRoles};
 use crate::tensor_parallel::group::KvShape;
@@ -22,6 +22,8 @@ pub struct CpuExecutor {
     pub kv_cache: KvCache,
     scratch: ForwardScratch,
     group: Option<RankGroup>,
+    /// Rank 0's parts of the adapters, with tensor parallelism.
+    lora_parts: LoraShards,
 }
 
 impl CpuExecutor {
@@ -45,6 +47,7 @@ impl CpuExecutor {
             kv_cache,
             scratch: ForwardScratch::default(),
             group: None,
+            lora_parts: LoraShards::default(),
         })
     }
 
@@ -164,7 +167,10 @@ impl CpuExecutor {
                 adapters.len()
             )));
         }
-        if let Some(i) = adapters.iter().position(|a| !a.fits(c)) {
+        if let Some(i) = adapters
+            .iter()
+            .position(|a| !a.fits(self.model.full_config()))
+        {
             return Err(ModelError::InvalidBatch(format!(
                 "adapter {i} was built for another model shape"
             )));
@@ -174,12 +180,13 @@ impl CpuExecutor {
                 .model
                 .forward(batch, adapters, &mut self.kv_cache, &mut self.scratch));
         };
-        if !adapters.is_empty() {
-            return Err(group.unsupported("LoRA adapters"));
-        }
+        // Every rank adds its part of each adapter, as it multiplies by its part of the base.
+        let own = self
+            .lora_parts
+            .of(adapters, self.model.shard(), self.model.full_config());
         let (model, kv, scratch) = (&self.model, &mut self.kv_cache, &mut self.scratch);
-        group.step(batch, || {
-            model.forward(batch, adapters, kv, scratch);
+        group.step(batch, adapters, || {
+            model.forward(batch, &own, kv, scratch);
         })?;
         let n = batch.logits_indices.len() * c.vocab_size;
         Ok(&self.scratch.logits[..n])

@@ -22,6 +22,7 @@ use crate::ModelError;
 use crate::config::KvCacheDtype;
 use crate::kv::cache::KvCache;
 use crate::kv::groups::KvGroupPlan;
+use crate::lora::{LoraAdapter, LoraShards};
 use crate::models::{ForwardScratch, Model};
 use crate::runner::batch::ForwardBatch;
 
@@ -45,7 +46,8 @@ fn receive<T>(rx: &Receiver<T>) -> Option<T> {
 
 /// What rank 0 sends a worker rank.
 enum Job {
-    Step(Arc<ForwardBatch>),
+    /// A step and the whole adapters its sequences use (each rank cuts its own parts).
+    Step(Arc<ForwardBatch>, Arc<[Arc<LoraAdapter>]>),
     /// Test hook: panic in the next step.
     Poison,
 }
@@ -186,15 +188,15 @@ impl RankGroup {
         &self.parts
     }
 
-    /// The error for a feature this group's kind does not run yet.
-    pub(crate) fn unsupported(&self, what: &'static str) -> ModelError {
-        self.roles.unsupported(what)
-    }
-
     /// Runs one step: hands `batch` to every other rank, runs `own` (rank 0's forward pass,
     /// kernels inline) and waits for all. A failure on any rank fails this step and every
     /// later one.
-    pub fn step(&mut self, batch: &ForwardBatch, own: impl FnOnce()) -> Result<(), ModelError> {
+    pub fn step(
+        &mut self,
+        batch: &ForwardBatch,
+        adapters: &[Arc<LoraAdapter>],
+        own: impl FnOnce(),
+    ) -> Result<(), ModelError> {
         if let Some((rank, message)) = &self.failed {
             return Err(self.roles.failed(*rank, message.clone()));
         }
@@ -203,12 +205,13 @@ impl RankGroup {
             affinity::pin_current_thread(&self.leader_cpus);
         }
         let shared = Arc::new(batch.clone());
+        let adapters: Arc<[Arc<LoraAdapter>]> = adapters.into();
         let mut failure = None;
         for w in &self.workers {
-            let sent = w
-                .jobs
-                .as_ref()
-                .is_some_and(|j| j.send(Job::Step(Arc::clone(&shared))).is_ok());
+            let sent = w.jobs.as_ref().is_some_and(|j| {
+                j.send(Job::Step(Arc::clone(&shared), Arc::clone(&adapters)))
+                    .is_ok()
+            });
             if !sent {
                 failure.get_or_insert((w.rank, "its thread has ended".to_string()));
             }
@@ -275,10 +278,11 @@ fn serve(
     done: &Sender<Result<(), String>>,
 ) {
     let mut scratch = ForwardScratch::default();
+    let mut lora_parts = LoraShards::default();
     let mut poisoned = false;
     while let Some(job) = receive(jobs) {
-        let batch = match job {
-            Job::Step(b) => b,
+        let (batch, adapters) = match job {
+            Job::Step(b, a) => (b, a),
             Job::Poison => {
                 poisoned = true;
                 continue;
@@ -286,7 +290,8 @@ fn serve(
         };
         let ran = catch_unwind(AssertUnwindSafe(|| {
             assert!(!poisoned, "injected failure (test hook)");
-            parallel::inline(|| model.forward(&batch, &[], &mut kv, &mut scratch));
+            let own = lora_parts.of(&adapters, model.shard(), model.full_config());
+            parallel::inline(|| model.forward(&batch, &own, &mut kv, &mut scratch));
         }));
         let outcome = ran.map_err(|p| {
             role.abort();

@@ -26,9 +26,6 @@ pub trait RankRole: Send + Sync {
 
     /// The error of a step after rank `rank` failed with `message`.
     fn failed(&self, rank: usize, message: String) -> ModelError;
-
-    /// The error for a feature this kind of group does not run yet.
-    fn unsupported(&self, what: &'static str) -> ModelError;
 }
 
 /// Tensor-parallel ranks: each loads its shard and meets the others in `comm`.
@@ -53,9 +50,5 @@ impl RankRole for TensorRoles {
 
     fn failed(&self, rank: usize, message: String) -> ModelError {
         TpError::RankFailed { rank, message }.into()
-    }
-
-    fn unsupported(&self, what: &'static str) -> ModelError {
-        TpError::Unsupported(what).into()
     }
 }

@@ -1,12 +1,21 @@
 //! What a split model (tensor or pipeline parallelism) must keep doing, checked the same way for
 //! both: every engine feature at once (prefix caching over three prompts sharing a 48-token head,
 //! chunked prefill at 24 tokens a step, n-gram speculation, int8 KV) with proof that each ran,
-//! and a rank that fails mid-request failing its requests, and every later one, without a hang.
+//! and a rank that fails mid-request failing its requests, and every later one, without a hang;
+//! and requests with a LoRA adapter beside requests without one.
+
+use std::sync::Arc;
 
 use pagoda_core::{
-    EngineRequest, EngineStats, FinishReason, NumSpecTokens, SamplingParams, SpecConfig, SpecMethod,
+    EngineRequest, EngineStats, FinishReason, LoraRef, NumSpecTokens, SamplingParams, SpecConfig,
+    SpecMethod,
 };
-use pagoda_model::{EngineSetup, KvCacheDtype, Model, build_engine};
+use pagoda_gguf::{GgmlType, GgufFile};
+use pagoda_model::{
+    EngineSetup, KvCacheDtype, LoraAdapter, LoraOptions, Model, ModelConfig, build_engine,
+};
+use pagoda_testkit::lora_adapter::{ALL_STEMS, RandomLora, gguf_adapter, projection_shapes};
+use pagoda_testkit::tiny_model::TinyModel;
 
 /// `base` with every feature on.
 pub fn with_features(mut base: EngineSetup) -> EngineSetup {
@@ -32,6 +41,62 @@ pub fn shared_head_requests() -> Vec<(Vec<u32>, SamplingParams)> {
             (prompt, p)
         })
         .collect()
+}
+
+/// `reqs`, each twice in a row: first with a random rank-8 adapter on every projection of
+/// `spec`'s model, then without (a batch mixing adapted and base rows).
+pub fn with_adapter(
+    spec: &TinyModel,
+    reqs: &[(Vec<u32>, SamplingParams)],
+) -> Vec<(Vec<u32>, SamplingParams)> {
+    let base = GgufFile::from_bytes(spec.to_bytes()).unwrap();
+    let c = ModelConfig::from_gguf(&base).unwrap();
+    let r = RandomLora::new(8, &ALL_STEMS, 5);
+    let shapes = projection_shapes(c.d_model, c.q_dim(), c.kv_dim(), c.ffn_dim);
+    let tensors = r.tensors(c.n_layers, &shapes);
+    // Four times the usual scale: an effect on the tokens far above the ranks' float noise.
+    let alpha = 4.0 * r.alpha;
+    let bytes = gguf_adapter(c.architecture.name(), alpha, &tensors, GgmlType::F32).to_bytes();
+    let file = GgufFile::from_bytes(bytes).unwrap();
+    let adapter = LoraAdapter::from_gguf(&file, &c, &LoraOptions::default()).unwrap();
+    let lora = LoraRef::new("random", adapter.digest(), Arc::new(adapter));
+    reqs.iter()
+        .flat_map(|(prompt, params)| {
+            let adapted = SamplingParams {
+                lora: Some(lora.clone()),
+                ..params.clone()
+            };
+            [(prompt.clone(), adapted), (prompt.clone(), params.clone())]
+        })
+        .collect()
+}
+
+/// The adapter of [`with_adapter`]'s requests changed what they generated: their tokens, or
+/// their log-probabilities by more than `noise` (what a split may move them by).
+pub fn assert_adapter_changed_outputs(out: &[super::Generated], noise: f32) {
+    let effect = out
+        .chunks_exact(2)
+        .map(|p| {
+            if p[0].token_ids != p[1].token_ids {
+                return f32::INFINITY;
+            }
+            let top = |g: &super::Generated| -> Vec<f32> {
+                g.logprobs
+                    .iter()
+                    .flat_map(|l| l.top.iter().map(|t| t.logprob))
+                    .collect()
+            };
+            top(&p[0])
+                .iter()
+                .zip(top(&p[1]))
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0, f32::max)
+        })
+        .fold(0.0, f32::max);
+    assert!(
+        effect > 10.0 * noise,
+        "the adapter barely changed the outputs: {effect}"
+    );
 }
 
 /// The prompts' shared head came from the cache, and n-gram proposals were made and accepted.
