@@ -164,6 +164,36 @@ fn lora_adapters_with_two_ranks_match_one() {
     }
 }
 
+/// A context shift with two ranks: each rank copies and re-rotates its own KV heads' blocks.
+/// A 20-token prompt asked for 80 tokens in a 64-token context runs on past it, as one rank.
+#[test]
+fn a_context_shift_with_two_ranks_matches_one() {
+    let mut one = base();
+    one.max_model_len = Some(64);
+    one.scheduler.context_shift_keep = Some(4);
+    let mut params = SamplingParams::greedy(80);
+    params.ignore_eos = true;
+    params.logprobs = Some(3);
+    let reqs = [(common::prompt(20, 4, 250, 7), params)];
+    let two = EngineSetup {
+        tensor_parallel: TensorParallelConfig::new(2),
+        ..one.clone()
+    };
+    let a = common::run_engine(common::tiny(&llama()), &one, &reqs);
+    let b = common::run_engine(common::tiny(&llama()), &two, &reqs);
+    assert_eq!(
+        a[0].token_ids.len(),
+        80,
+        "one rank stopped before the shift"
+    );
+    assert_eq!(
+        b[0].token_ids.len(),
+        80,
+        "two ranks stopped before the shift"
+    );
+    assert_close_up_to_a_tie(&a[0], &b[0], "context shift");
+}
+
 #[test]
 fn engine_features_with_two_ranks() {
     // Every feature at once (common/features.rs), then proof that each ran with two ranks.

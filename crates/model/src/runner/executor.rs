@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use crate::kv::shift::shift_blocks;
 use crate::lora::{LoraAdapter, LoraShards};
 use crate::models::{ForwardScratch, Model};
 use crate::pipeline_parallel::{Mailboxes, PipelineParallelConfig, PipelineRoles};
@@ -190,6 +191,19 @@ impl CpuExecutor {
         })?;
         let n = batch.logits_indices.len() * c.vocab_size;
         Ok(&self.scratch.logits[..n])
+    }
+
+    /// A context shift: each `(src, dst)` block copied with its keys rotated back by `delta`
+    /// positions, in every rank's cache.
+    pub fn shift_kv(&mut self, copies: &[(u32, u32)], delta: u32) -> Result<(), ModelError> {
+        let (model, kv) = (&self.model, &mut self.kv_cache);
+        match &mut self.group {
+            None => {
+                shift_blocks(kv, model, copies, delta);
+                Ok(())
+            }
+            Some(group) => group.shift(copies, delta, || shift_blocks(kv, model, copies, delta)),
+        }
     }
 
     pub fn vocab_size(&self) -> usize {

@@ -23,7 +23,6 @@ use super::calibration::{CALIBRATION_TOKENS, time_steps};
 use super::draft::DraftProposer;
 use super::sample_rows::sample_rows;
 use super::seq_state::{RowPlan, SeqState};
-use crate::kv::shift;
 use crate::kv::transfer::KvSender;
 use crate::lora::LoraAdapter;
 use crate::sampler::{Sampled, Sampler, prompt_logprobs};
@@ -196,8 +195,9 @@ impl ModelRunner {
                 }
                 st.tokens.drain(keep..keep + discard);
                 st.prompt_len -= st.prompt_len.saturating_sub(keep).min(discard);
-                let (exec, delta) = (&mut self.exec, discard as u32);
-                shift::shift_blocks(&mut exec.kv_cache, &exec.model, &shift.copies, delta);
+                self.exec
+                    .shift_kv(&shift.copies, discard as u32)
+                    .map_err(|e| ExecutorError(e.to_string()))?;
             }
             if s.resumed {
                 st.block_tables.clone_from(&s.block_ids);

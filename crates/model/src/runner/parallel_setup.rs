@@ -10,8 +10,9 @@ use crate::tensor_parallel::{self as tp, TpError};
 use crate::{CpuExecutor, KvGroupPlan, Model, ModelConfig, ModelError};
 
 /// The start-up rules: the heads must split over the tensor-parallel ranks, the layers over
-/// the pipeline stages, the two are not combined, and the features that copy or move KV blocks
-/// (which live on every rank) are not combined with either yet.
+/// the pipeline stages, the two are not combined, and the features that move KV blocks in or
+/// out of the process (which live on every rank) are not combined with either yet, nor context
+/// shift with a pipeline.
 pub(crate) fn check(config: &ModelConfig, setup: &EngineSetup) -> Result<(), ModelError> {
     let (tp_size, pp_size) = (setup.tensor_parallel.size, setup.pipeline_parallel.size);
     tp::shard::check_heads(config, tp_size)?;
@@ -33,7 +34,8 @@ pub(crate) fn check(config: &ModelConfig, setup: &EngineSetup) -> Result<(), Mod
             "prefill/decode disaggregation (--kv-role)",
         ),
         (
-            setup.scheduler.context_shift_keep.is_some(),
+            // Each stage holds only its layers' KV; a rank holds every layer's (its heads).
+            pp_size > 1 && setup.scheduler.context_shift_keep.is_some(),
             "context shift (--context-shift)",
         ),
     ];

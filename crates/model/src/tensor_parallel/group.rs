@@ -22,6 +22,7 @@ use crate::ModelError;
 use crate::config::KvCacheDtype;
 use crate::kv::cache::KvCache;
 use crate::kv::groups::KvGroupPlan;
+use crate::kv::shift::shift_blocks;
 use crate::lora::{LoraAdapter, LoraShards};
 use crate::models::{ForwardScratch, Model};
 use crate::runner::batch::ForwardBatch;
@@ -48,8 +49,22 @@ fn receive<T>(rx: &Receiver<T>) -> Option<T> {
 enum Job {
     /// A step and the whole adapters its sequences use (each rank cuts its own parts).
     Step(Arc<ForwardBatch>, Arc<[Arc<LoraAdapter>]>),
+    /// A context shift: blocks `(src, dst)` copied with their keys rotated back by `delta`
+    /// positions, in every rank's cache (each holds its KV heads).
+    Shift(Arc<[(u32, u32)]>, u32),
     /// Test hook: panic in the next step.
     Poison,
+}
+
+impl Job {
+    /// The same job for another worker (its payload shared, not copied).
+    fn share(&self) -> Self {
+        match self {
+            Self::Step(b, a) => Self::Step(Arc::clone(b), Arc::clone(a)),
+            Self::Shift(c, d) => Self::Shift(Arc::clone(c), *d),
+            Self::Poison => Self::Poison,
+        }
+    }
 }
 
 struct Worker {
@@ -197,6 +212,21 @@ impl RankGroup {
         adapters: &[Arc<LoraAdapter>],
         own: impl FnOnce(),
     ) -> Result<(), ModelError> {
+        self.broadcast(Job::Step(Arc::new(batch.clone()), adapters.into()), own)
+    }
+
+    /// A context shift on every rank's cache: `own` is rank 0's.
+    pub fn shift(
+        &mut self,
+        copies: &[(u32, u32)],
+        delta: u32,
+        own: impl FnOnce(),
+    ) -> Result<(), ModelError> {
+        self.broadcast(Job::Shift(copies.into(), delta), own)
+    }
+
+    /// Hands each worker `job`, runs `own` on rank 0 and waits for all.
+    fn broadcast(&mut self, job: Job, own: impl FnOnce()) -> Result<(), ModelError> {
         if let Some((rank, message)) = &self.failed {
             return Err(self.roles.failed(*rank, message.clone()));
         }
@@ -204,14 +234,9 @@ impl RankGroup {
             self.leader_pinned = true;
             affinity::pin_current_thread(&self.leader_cpus);
         }
-        let shared = Arc::new(batch.clone());
-        let adapters: Arc<[Arc<LoraAdapter>]> = adapters.into();
         let mut failure = None;
         for w in &self.workers {
-            let sent = w.jobs.as_ref().is_some_and(|j| {
-                j.send(Job::Step(Arc::clone(&shared), Arc::clone(&adapters)))
-                    .is_ok()
-            });
+            let sent = w.jobs.as_ref().is_some_and(|j| j.send(job.share()).is_ok());
             if !sent {
                 failure.get_or_insert((w.rank, "its thread has ended".to_string()));
             }
@@ -281,17 +306,20 @@ fn serve(
     let mut lora_parts = LoraShards::default();
     let mut poisoned = false;
     while let Some(job) = receive(jobs) {
-        let (batch, adapters) = match job {
-            Job::Step(b, a) => (b, a),
-            Job::Poison => {
-                poisoned = true;
-                continue;
-            }
-        };
+        if matches!(job, Job::Poison) {
+            poisoned = true;
+            continue;
+        }
         let ran = catch_unwind(AssertUnwindSafe(|| {
             assert!(!poisoned, "injected failure (test hook)");
-            let own = lora_parts.of(&adapters, model.shard(), model.full_config());
-            parallel::inline(|| model.forward(&batch, &own, &mut kv, &mut scratch));
+            match &job {
+                Job::Step(batch, adapters) => {
+                    let own = lora_parts.of(adapters, model.shard(), model.full_config());
+                    parallel::inline(|| model.forward(batch, &own, &mut kv, &mut scratch));
+                }
+                Job::Shift(copies, delta) => shift_blocks(&mut kv, &model, copies, *delta),
+                Job::Poison => {}
+            }
         }));
         let outcome = ran.map_err(|p| {
             role.abort();
