@@ -114,29 +114,10 @@ async fn settles(c: &reqwest::Client, url: &str, name: &str, want: f64) {
 }
 
 /// Relays connections to `to`, cutting each off after `limit` bytes from the sender: a
-/// transfer that dies mid-way (past the handshake, whose answers are relayed back).
+/// transfer that dies mid-way (past the handshake, whose answers are relayed back). Both
+/// directions close at once: the decode side sees the stream end inside a frame.
 fn cutting_relay(to: String, limit: usize) -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut from) = conn else { continue };
-            let Ok(mut out) = TcpStream::connect(&to) else {
-                continue;
-            };
-            let (Ok(mut back_from), Ok(mut back_to)) = (out.try_clone(), from.try_clone()) else {
-                continue;
-            };
-            std::thread::spawn(move || {
-                let _ = std::io::copy(&mut back_from, &mut back_to);
-            });
-            forward_up_to(&mut from, &mut out, limit);
-            // Both directions closed: the decode side sees the stream end inside a frame.
-            let _ = out.shutdown(std::net::Shutdown::Both);
-            let _ = from.shutdown(std::net::Shutdown::Both);
-        }
-    });
-    addr
+    relay(to, limit, |_| {})
 }
 
 /// Relays connections to `to`, forwarding `limit` bytes from the sender and then nothing
@@ -146,6 +127,20 @@ fn stalling_relay(
     to: String,
     limit: usize,
     stalled: tokio::sync::mpsc::UnboundedSender<()>,
+) -> String {
+    relay(to, limit, move |back| {
+        let _ = stalled.send(());
+        let _ = back.join();
+    })
+}
+
+/// Relays each connection to `to`: the receiver's answers back in full, the sender's first
+/// `limit` bytes on; then `end` (given the thread relaying answers back) returns when both
+/// connections are to close.
+fn relay(
+    to: String,
+    limit: usize,
+    end: impl Fn(std::thread::JoinHandle<()>) + Send + 'static,
 ) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap().to_string();
@@ -162,8 +157,7 @@ fn stalling_relay(
                 let _ = std::io::copy(&mut back_from, &mut back_to);
             });
             forward_up_to(&mut from, &mut out, limit);
-            let _ = stalled.send(());
-            let _ = back.join();
+            end(back);
             let _ = out.shutdown(std::net::Shutdown::Both);
             let _ = from.shutdown(std::net::Shutdown::Both);
         }
