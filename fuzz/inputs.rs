@@ -175,6 +175,17 @@ mod inputs {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// The disk tier over `dir` that the target and its seed open.
+    fn disk_config(dir: &std::path::Path) -> pagoda_model::KvDiskConfig {
+        pagoda_model::KvDiskConfig {
+            dir: dir.to_path_buf(),
+            max_bytes: 1 << 30,
+            model_identity: KV_DISK_MODEL.into(),
+            read_bytes_per_sec: None,
+            prefill_tokens_per_sec: None,
+        }
+    }
+
     /// The KV cache of a tiny llama (2 layers, 2 KV heads of 64, blocks of 4: 4 KiB files):
     /// the layout the disk tier's files are checked against.
     fn tiny_kv() -> &'static pagoda_model::KvCache {
@@ -204,13 +215,7 @@ mod inputs {
         if std::fs::write(dir.join(format!("{hex}.kvb")), data).is_err() {
             return false;
         }
-        let config = pagoda_model::KvDiskConfig {
-            dir: dir.clone(),
-            max_bytes: 1 << 30,
-            model_identity: KV_DISK_MODEL.into(),
-            read_bytes_per_sec: None,
-            prefill_tokens_per_sec: None,
-        };
+        let config = disk_config(&dir);
         let Ok(tier) = pagoda_model::DiskTier::open(&config, kv, &[KvGroup::FULL], 1000.0) else {
             return false;
         };
@@ -241,13 +246,7 @@ mod inputs {
         use pagoda_core::kv::{BlockHash, KvGroup};
         let kv = tiny_kv();
         let dir = scratch("kv-disk-seed");
-        let config = pagoda_model::KvDiskConfig {
-            dir: dir.clone(),
-            max_bytes: 1 << 30,
-            model_identity: KV_DISK_MODEL.into(),
-            read_bytes_per_sec: None,
-            prefill_tokens_per_sec: None,
-        };
+        let config = disk_config(&dir);
         let mut tier = pagoda_model::DiskTier::open(&config, kv, &[KvGroup::FULL], 1000.0)
             .expect("a tier in a fresh directory");
         let mut payload = Vec::new();
