@@ -3,7 +3,8 @@
 //! every generated position) to computing it, for f16 and int8 KV and with sliding-window
 //! groups; corrupt, truncated and foreign block files are skipped and deleted, never loaded;
 //! the lock file refuses a second tier on one directory; a full disk (the kernel's ENOSPC)
-//! turns the tier off while serving goes on.
+//! turns the tier off while serving goes on; block files are the same whether the model is
+//! split over tensor-parallel ranks or not.
 #![allow(clippy::unwrap_used)]
 
 use crate::common;
@@ -344,4 +345,83 @@ fn a_full_disk_stops_the_writes_and_serving_goes_on() {
         .count();
     assert_eq!(kvb, 0);
     core.scheduler().kv().check_invariants().unwrap();
+}
+
+/// Whole payloads on disk, whatever the split: blocks a one-process server wrote are read by
+/// one with two tensor-parallel ranks (each rank takes its KV heads' part), and blocks the
+/// two ranks wrote (their parts merged) by a one-process server. Each read-back prefix gives
+/// the tokens of computing it, log-probabilities within the ranks' float noise.
+#[test]
+fn block_files_are_shared_by_one_process_and_two_ranks() {
+    let dir = TempDir::new("tp");
+    // 8 heads of 64 and 2 KV heads: one KV head per rank, whole Q4_K blocks per rank.
+    let spec = TinyModel {
+        d_model: 512,
+        n_heads: 8,
+        ..TinyModel::llama()
+    };
+    let setup = |ranks: usize| {
+        let per_token = common::tiny(&spec).config().kv_bytes_per_token() as u64;
+        EngineSetup {
+            kv_cache_memory: Some(per_token * 16 * 24),
+            max_model_len: Some(256),
+            kv_disk: Some(disk(&dir.0, "tiny-tp")),
+            tensor_parallel: pagoda_model::TensorParallelConfig::new(ranks),
+            ..EngineSetup::default()
+        }
+    };
+    let (p, q) = (prompt(160, 4), prompt(160, 5));
+    // What computing each prompt gives, without a tier.
+    let reference = |p: &[u32]| {
+        let plain = EngineSetup {
+            kv_disk: None,
+            ..setup(1)
+        };
+        let (mut core, _) = build_engine(common::tiny(&spec), &plain).unwrap();
+        run(&mut core, request(1, p.to_vec()))
+    };
+    // `p` computed, then evicted to disk by two other prompts.
+    let write = |ranks: usize, p: &[u32], id: u64| {
+        let (mut core, _) = build_engine(common::tiny(&spec), &setup(ranks)).unwrap();
+        run(&mut core, request(id, p.to_vec()));
+        run(&mut core, request(id + 1, prompt(200, id as u32)));
+        run(&mut core, request(id + 2, prompt(200, id as u32 + 1)));
+        wait_for_writes(&core, 9);
+    };
+    // `p` read back from disk (9 blocks: the last token is computed).
+    let read = |ranks: usize, p: &[u32]| {
+        let (mut core, _) = build_engine(common::tiny(&spec), &setup(ranks)).unwrap();
+        let out = run(&mut core, request(9, p.to_vec()));
+        assert_eq!(
+            out[0].num_cached_tokens, 144,
+            "{ranks} rank(s) read the prefix"
+        );
+        out
+    };
+    let close = |a: &[EngineOutput], b: &[EngineOutput], what: &str| {
+        let toks = |o: &[EngineOutput]| -> Vec<u32> {
+            o.iter().flat_map(|x| x.new_token_ids.clone()).collect()
+        };
+        assert_eq!(toks(a), toks(b), "{what}: tokens");
+        let lps = |o: &[EngineOutput]| -> Vec<f32> {
+            o.iter()
+                .flat_map(|x| x.logprobs.iter().map(|l| l.logprob))
+                .collect()
+        };
+        for (x, y) in lps(a).iter().zip(lps(b)) {
+            assert!((x - y).abs() < 0.05, "{what}: logprob {x} vs {y}");
+        }
+    };
+    write(1, &q, 10);
+    close(
+        &read(2, &q),
+        &reference(&q),
+        "one process's blocks, two ranks",
+    );
+    write(2, &p, 20);
+    close(
+        &read(1, &p),
+        &reference(&p),
+        "two ranks' blocks, one process",
+    );
 }

@@ -234,8 +234,10 @@ fn open_transfer(
     let Some(c) = &setup.kv_transfer else {
         return Ok(None);
     };
-    let layout = transfer::layout_digest(&c.model_identity, &exec.kv_cache, &cache.groups);
-    let payload_len = exec.kv_cache.block_payload_len();
+    // Whole payloads (every KV head's), whatever the split: peers need not split alike.
+    let whole = exec.whole_kv_shape()?;
+    let layout = transfer::layout_digest(&c.model_identity, &whole, &cache.groups);
+    let payload_len = whole.block_payload_len();
     let io = |e: std::io::Error| ModelError::InvalidRequest(format!("KV transfer: {e}"));
     Ok(match c.role {
         KvRole::Both => None,
@@ -284,7 +286,8 @@ fn open_tier(
             .first()
             .map_or(1000.0, |&(n, secs)| n as f64 / secs.max(1e-9)),
     };
-    let tier = DiskTier::open(config, &exec.kv_cache, &cache.groups, prefill_tps)
+    // Files hold whole payloads (every KV head's): a split server reads one process's files.
+    let tier = DiskTier::open(config, &exec.whole_kv_shape()?, &cache.groups, prefill_tps)
         .map_err(|e| ModelError::InvalidRequest(e.to_string()))?;
     tracing::info!(
         dir = %config.dir.display(),

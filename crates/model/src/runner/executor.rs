@@ -9,6 +9,7 @@ use crate::lora::{LoraAdapter, LoraShards};
 use crate::models::{ForwardScratch, Model};
 use crate::pipeline_parallel::{Mailboxes, PipelineParallelConfig, PipelineRoles};
 use crate::tensor_parallel::group::KvShape;
+use crate::tensor_parallel::kv_blocks::BlockSections;
 use crate::tensor_parallel::{
     RankGroup, RankLayout, RankPart, RankRole, SharedMemoryCollective, TensorParallelConfig,
     TensorRoles, affinity,
@@ -204,6 +205,51 @@ impl CpuExecutor {
             }
             Some(group) => group.shift(copies, delta, || shift_blocks(kv, model, copies, delta)),
         }
+    }
+
+    /// Blocks `ids` as whole payloads (every KV head's, as one process stores them; an empty
+    /// payload for a block out of range), for the disk tier and KV transfers.
+    pub fn read_blocks(&mut self, ids: &[u32]) -> Result<Vec<Vec<u8>>, ModelError> {
+        let kv = &self.kv_cache;
+        let own = || ids.iter().map(|&b| kv.read_payload(b)).collect::<Vec<_>>();
+        match &mut self.group {
+            None => Ok(own()),
+            Some(group) => group.read_blocks(ids, &BlockSections::of(kv), own),
+        }
+    }
+
+    /// Writes whole payloads (as [`CpuExecutor::read_blocks`] gives them) into their blocks:
+    /// whether each was written (its length is this model's payload's, its block in range).
+    pub fn write_blocks(&mut self, blocks: Vec<(u32, Vec<u8>)>) -> Result<Vec<bool>, ModelError> {
+        let (heads, mine) = (
+            self.model.full_config().n_kv_heads,
+            self.model.shard().kv_heads.clone(),
+        );
+        let kv = &mut self.kv_cache;
+        let Some(group) = &mut self.group else {
+            return Ok(blocks.iter().map(|(b, p)| kv.write_block(*b, p)).collect());
+        };
+        let sections = BlockSections::of(kv);
+        group.write_blocks(blocks, |blocks| {
+            blocks
+                .iter()
+                .map(|(b, whole)| {
+                    sections
+                        .part(whole, heads, &mine)
+                        .is_some_and(|p| kv.write_block(*b, &p))
+                })
+                .collect()
+        })
+    }
+
+    /// A one-block cache of the whole model's KV heads (rank 0's own when the model is not
+    /// split): the shape whole payloads have, which the disk tier's and transfers' payload
+    /// length and layout digest describe.
+    pub fn whole_kv_shape(&self) -> Result<KvCache, ModelError> {
+        let kv = &self.kv_cache;
+        let mut full = self.model.full_config().clone();
+        full.kv_cache_dtype = kv.dtype();
+        KvCache::with_plan(&full, kv.plan().clone(), 1, kv.block_size())
     }
 
     pub fn vocab_size(&self) -> usize {

@@ -26,7 +26,7 @@ use super::seq_state::{RowPlan, SeqState};
 use crate::kv::transfer::KvSender;
 use crate::lora::LoraAdapter;
 use crate::sampler::{Sampled, Sampler, prompt_logprobs};
-use crate::{CpuExecutor, ForwardBatch, TierBytes};
+use crate::{CpuExecutor, ForwardBatch, ModelError, TierBytes};
 
 /// Runs scheduled steps on a `CpuExecutor`.
 pub struct ModelRunner {
@@ -72,52 +72,59 @@ impl ModelRunner {
 
     /// Copies the step's outgoing transfers out of the arena (their blocks were released
     /// when the step was planned, so this runs before anything in the step writes).
-    fn send_copies(&mut self, step: &SchedulerOutput) {
+    fn send_copies(&mut self, step: &SchedulerOutput) -> Result<(), ExecutorError> {
         let Some(sender) = &self.sender else {
-            return;
+            return Ok(());
         };
         for send in &step.kv_sends {
+            let ids: Vec<u32> = send.blocks.iter().map(|&(b, _)| b).collect();
+            let payloads = self.exec.read_blocks(&ids).map_err(executor_error)?;
             let blocks = send
                 .blocks
                 .iter()
-                .map(|&(b, key)| {
-                    let mut payload = Vec::new();
-                    self.exec.kv_cache.read_block(b, &mut payload);
-                    (key, payload)
-                })
+                .map(|&(_, key)| key)
+                .zip(payloads)
                 .collect();
             sender.send(send.id.clone(), send.addr.clone(), blocks);
         }
+        Ok(())
     }
 
     /// The step's tier copies: evicted blocks' bytes out first (the step may reuse their
     /// blocks), then blocks read back into theirs, all before any forward pass writes.
-    fn tier_copies(&mut self, step: &SchedulerOutput) {
+    fn tier_copies(&mut self, step: &SchedulerOutput) -> Result<(), ExecutorError> {
         let Some(tier) = &self.tier else {
-            return;
+            return Ok(());
         };
-        let kv = &mut self.exec.kv_cache;
-        for &(b, key) in &step.kv_saves {
-            let mut payload = Vec::new();
-            kv.read_block(b, &mut payload);
-            tier.save(key, payload);
+        if !step.kv_saves.is_empty() {
+            let ids: Vec<u32> = step.kv_saves.iter().map(|&(b, _)| b).collect();
+            let payloads = self.exec.read_blocks(&ids).map_err(executor_error)?;
+            for (&(_, key), payload) in step.kv_saves.iter().zip(payloads) {
+                tier.save(key, payload);
+            }
         }
         let mut read: HashMap<u64, HashMap<pagoda_core::kv::BlockHash, Vec<u8>>> = HashMap::new();
+        let mut writes = Vec::with_capacity(step.kv_loads.len());
         for load in &step.kv_loads {
             let blocks = read
                 .entry(load.ticket)
                 .or_insert_with(|| tier.take_read(load.ticket).into_iter().collect());
-            let written = blocks
-                .get(&load.key)
-                .is_some_and(|p| kv.write_block(load.block_id, p));
-            if !written {
+            // A block missing from its read is not written (an empty payload is refused).
+            let payload = blocks.get(&load.key).cloned().unwrap_or_default();
+            writes.push((load.block_id, payload));
+        }
+        if writes.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<u32> = writes.iter().map(|w| w.0).collect();
+        let written = self.exec.write_blocks(writes).map_err(executor_error)?;
+        for (b, ok) in ids.into_iter().zip(written) {
+            if !ok {
                 // Not reached: the scheduler installs only blocks whose read finished intact.
-                tracing::error!(
-                    block = load.block_id,
-                    "KV disk tier: a block read back is missing"
-                );
+                tracing::error!(block = b, "KV tier: a block read back is missing");
             }
         }
+        Ok(())
     }
 
     /// This runner, proposing with `proposer` wherever the scheduler gives speculative slots.
@@ -197,7 +204,7 @@ impl ModelRunner {
                 st.prompt_len -= st.prompt_len.saturating_sub(keep).min(discard);
                 self.exec
                     .shift_kv(&shift.copies, discard as u32)
-                    .map_err(|e| ExecutorError(e.to_string()))?;
+                    .map_err(executor_error)?;
             }
             if s.resumed {
                 st.block_tables.clone_from(&s.block_ids);
@@ -279,8 +286,8 @@ impl ModelRunner {
 
 impl ModelExecutor for ModelRunner {
     fn execute(&mut self, step: &SchedulerOutput) -> Result<ExecutorOutput, ExecutorError> {
-        self.send_copies(step);
-        self.tier_copies(step);
+        self.send_copies(step)?;
+        self.tier_copies(step)?;
         self.apply_diff(step)?;
         if step.scheduled.is_empty() {
             return Ok(ExecutorOutput::default()); // tier copies only
@@ -313,10 +320,14 @@ impl ModelExecutor for ModelRunner {
         let Some(tier) = &self.tier else {
             return;
         };
-        for &(b, key) in blocks {
-            let mut payload = Vec::new();
-            self.exec.kv_cache.read_block(b, &mut payload);
-            tier.save_blocking(key, payload);
+        let ids: Vec<u32> = blocks.iter().map(|&(b, _)| b).collect();
+        match self.exec.read_blocks(&ids) {
+            Ok(payloads) => {
+                for (&(_, key), payload) in blocks.iter().zip(payloads) {
+                    tier.save_blocking(key, payload);
+                }
+            }
+            Err(e) => tracing::error!("KV tier: blocks not saved: {e}"),
         }
     }
 
@@ -499,4 +510,8 @@ impl ModelRunner {
             }
         }
     }
+}
+
+fn executor_error(e: ModelError) -> ExecutorError {
+    ExecutorError(e.to_string())
 }

@@ -6,13 +6,12 @@ use pagoda_core::CacheConfig;
 
 use crate::pipeline_parallel::{PpError, stages};
 use crate::runner::setup::EngineSetup;
-use crate::tensor_parallel::{self as tp, TpError};
+use crate::tensor_parallel as tp;
 use crate::{CpuExecutor, KvGroupPlan, Model, ModelConfig, ModelError};
 
 /// The start-up rules: the heads must split over the tensor-parallel ranks, the layers over
-/// the pipeline stages, the two are not combined, and the features that move KV blocks in or
-/// out of the process (which live on every rank) are not combined with either yet, nor context
-/// shift with a pipeline.
+/// the pipeline stages, the two are not combined, and the features that move or copy KV blocks
+/// (the disk tier, transfers, context shift) are not combined with a pipeline yet.
 pub(crate) fn check(config: &ModelConfig, setup: &EngineSetup) -> Result<(), ModelError> {
     let (tp_size, pp_size) = (setup.tensor_parallel.size, setup.pipeline_parallel.size);
     tp::shard::check_heads(config, tp_size)?;
@@ -24,9 +23,11 @@ pub(crate) fn check(config: &ModelConfig, setup: &EngineSetup) -> Result<(), Mod
         }
         .into());
     }
-    if tp_size == 1 && pp_size == 1 {
+    if pp_size == 1 {
         return Ok(());
     }
+    // A stage holds only its layers' KV: moving or copying whole blocks would need every
+    // stage's part (a tensor-parallel rank holds every layer's, its heads, and they merge).
     let unsupported = [
         (setup.kv_disk.is_some(), "the KV disk tier (--kv-disk-dir)"),
         (
@@ -34,14 +35,12 @@ pub(crate) fn check(config: &ModelConfig, setup: &EngineSetup) -> Result<(), Mod
             "prefill/decode disaggregation (--kv-role)",
         ),
         (
-            // Each stage holds only its layers' KV; a rank holds every layer's (its heads).
-            pp_size > 1 && setup.scheduler.context_shift_keep.is_some(),
+            setup.scheduler.context_shift_keep.is_some(),
             "context shift (--context-shift)",
         ),
     ];
     match unsupported.iter().find(|(on, _)| *on) {
-        Some((_, what)) if pp_size > 1 => Err(PpError::Unsupported(what).into()),
-        Some((_, what)) => Err(TpError::Unsupported(what).into()),
+        Some((_, what)) => Err(PpError::Unsupported(what).into()),
         None => Ok(()),
     }
 }

@@ -1,5 +1,5 @@
-//! `TpError`: why a model cannot be split over the ranks asked for (the start-up rules), a
-//! feature not combined with tensor parallelism yet, or a rank that failed.
+//! `TpError`: why a model cannot be split over the ranks asked for (the start-up rules), or a
+//! rank that failed.
 
 use thiserror::Error;
 
@@ -35,8 +35,6 @@ pub enum TpError {
         size: usize,
         align: usize,
     },
-    #[error("tensor parallelism does not support {0} yet")]
-    Unsupported(&'static str),
     #[error("tensor-parallel rank {rank} failed: {message}")]
     RankFailed { rank: usize, message: String },
 }

@@ -15,6 +15,7 @@ use pagoda_gguf::GgufFile;
 use pagoda_kernels::parallel;
 
 use super::affinity;
+use super::kv_blocks::BlockSections;
 use super::layout::RankPart;
 use super::rank::CollectivePanic;
 use super::role::RankRole;
@@ -52,6 +53,11 @@ enum Job {
     /// A context shift: blocks `(src, dst)` copied with their keys rotated back by `delta`
     /// positions, in every rank's cache (each holds its KV heads).
     Shift(Arc<[(u32, u32)]>, u32),
+    /// The rank's payloads of these blocks (its KV heads' part), for the disk tier or a
+    /// transfer.
+    ReadBlocks(Arc<[u32]>),
+    /// Whole payloads to write: each rank writes its KV heads' part.
+    WriteBlocks(Arc<[(u32, Vec<u8>)]>),
     /// Test hook: panic in the next step.
     Poison,
 }
@@ -62,15 +68,21 @@ impl Job {
         match self {
             Self::Step(b, a) => Self::Step(Arc::clone(b), Arc::clone(a)),
             Self::Shift(c, d) => Self::Shift(Arc::clone(c), *d),
+            Self::ReadBlocks(b) => Self::ReadBlocks(Arc::clone(b)),
+            Self::WriteBlocks(b) => Self::WriteBlocks(Arc::clone(b)),
             Self::Poison => Self::Poison,
         }
     }
 }
 
+/// What a worker answers a job with: its payloads for `ReadBlocks`, `[1]` or `[0]` for each
+/// block of `WriteBlocks` (written or not), nothing otherwise; or why it failed.
+type Reply = Result<Vec<Vec<u8>>, String>;
+
 struct Worker {
     rank: usize,
     jobs: Option<Sender<Job>>,
-    done: Receiver<Result<(), String>>,
+    done: Receiver<Reply>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -140,7 +152,7 @@ impl RankGroup {
                     });
                     match exec {
                         Ok(exec) => {
-                            let _ = done_tx.send(Ok(()));
+                            let _ = done_tx.send(Ok(Vec::new()));
                             serve(exec, role.as_ref(), &jobs_rx, &done_tx);
                         }
                         Err(e) => {
@@ -178,7 +190,7 @@ impl RankGroup {
         let leader = leader??;
         for w in &group.workers {
             match w.done.recv() {
-                Ok(Ok(())) => {}
+                Ok(Ok(_)) => {}
                 Ok(Err(message)) => return Err(roles.failed(w.rank, message)),
                 Err(_) => {
                     return Err(roles.failed(w.rank, "its thread ended while loading".into()));
@@ -213,6 +225,7 @@ impl RankGroup {
         own: impl FnOnce(),
     ) -> Result<(), ModelError> {
         self.broadcast(Job::Step(Arc::new(batch.clone()), adapters.into()), own)
+            .map(drop)
     }
 
     /// A context shift on every rank's cache: `own` is rank 0's.
@@ -223,10 +236,57 @@ impl RankGroup {
         own: impl FnOnce(),
     ) -> Result<(), ModelError> {
         self.broadcast(Job::Shift(copies.into(), delta), own)
+            .map(drop)
     }
 
-    /// Hands each worker `job`, runs `own` on rank 0 and waits for all.
-    fn broadcast(&mut self, job: Job, own: impl FnOnce()) -> Result<(), ModelError> {
+    /// Blocks `ids` as whole payloads: every rank's part (rank 0's from `own`) merged in head
+    /// order (an empty payload for a block a rank could not read).
+    pub(crate) fn read_blocks(
+        &mut self,
+        ids: &[u32],
+        sections: &BlockSections,
+        own: impl FnOnce() -> Vec<Vec<u8>>,
+    ) -> Result<Vec<Vec<u8>>, ModelError> {
+        let mut mine = Vec::new();
+        let replies = self.broadcast(Job::ReadBlocks(ids.into()), || mine = own())?;
+        let heads = |rank: usize| self.parts[rank].kv_heads.clone();
+        Ok((0..ids.len())
+            .map(|i| {
+                let parts: Vec<_> = std::iter::once((heads(0), take(&mut mine, i)))
+                    .chain(
+                        replies
+                            .iter()
+                            .zip(&self.workers)
+                            .map(|(r, w)| (heads(w.rank), r.get(i).cloned().unwrap_or_default())),
+                    )
+                    .collect();
+                sections.merge(&parts).unwrap_or_default()
+            })
+            .collect())
+    }
+
+    /// Writes whole payloads: each rank its KV heads' part (rank 0's by `own`). Whether every
+    /// rank wrote each block.
+    pub(crate) fn write_blocks(
+        &mut self,
+        blocks: Vec<(u32, Vec<u8>)>,
+        own: impl FnOnce(&[(u32, Vec<u8>)]) -> Vec<bool>,
+    ) -> Result<Vec<bool>, ModelError> {
+        let blocks: Arc<[(u32, Vec<u8>)]> = blocks.into();
+        let mut mine = Vec::new();
+        let replies = self.broadcast(Job::WriteBlocks(Arc::clone(&blocks)), || {
+            mine = own(&blocks);
+        })?;
+        Ok((0..blocks.len())
+            .map(|i| {
+                mine.get(i) == Some(&true) && replies.iter().all(|r| r.get(i) == Some(&vec![1]))
+            })
+            .collect())
+    }
+
+    /// Hands each worker `job`, runs `own` on rank 0 and waits for all: the workers' replies,
+    /// in rank order.
+    fn broadcast(&mut self, job: Job, own: impl FnOnce()) -> Result<Vec<Vec<Vec<u8>>>, ModelError> {
         if let Some((rank, message)) = &self.failed {
             return Err(self.roles.failed(*rank, message.clone()));
         }
@@ -250,10 +310,14 @@ impl RankGroup {
             self.roles.abort();
             (0, panic_message(p.as_ref()))
         });
+        let mut replies = Vec::with_capacity(self.workers.len());
         for w in &self.workers {
             let got = receive(&w.done).unwrap_or_else(|| Err("its thread has ended".to_string()));
-            if let Err(message) = got {
-                failure.get_or_insert((w.rank, message));
+            match got {
+                Ok(reply) => replies.push(reply),
+                Err(message) => {
+                    failure.get_or_insert((w.rank, message));
+                }
             }
         }
         // A worker's own error is the cause; rank 0 then only saw the aborted collective.
@@ -262,7 +326,7 @@ impl RankGroup {
             self.failed = Some((rank, message.clone()));
             return Err(self.roles.failed(rank, message));
         }
-        Ok(())
+        Ok(replies)
     }
 
     /// Test hook: rank `rank` panics in its next step.
@@ -300,10 +364,15 @@ fn serve(
     (model, mut kv): (Model, KvCache),
     role: &dyn RankRole,
     jobs: &Receiver<Job>,
-    done: &Sender<Result<(), String>>,
+    done: &Sender<Reply>,
 ) {
     let mut scratch = ForwardScratch::default();
     let mut lora_parts = LoraShards::default();
+    let sections = BlockSections::of(&kv);
+    let (all_kv_heads, my_kv_heads) = (
+        model.full_config().n_kv_heads,
+        model.shard().kv_heads.clone(),
+    );
     let mut poisoned = false;
     while let Some(job) = receive(jobs) {
         if matches!(job, Job::Poison) {
@@ -316,9 +385,23 @@ fn serve(
                 Job::Step(batch, adapters) => {
                     let own = lora_parts.of(adapters, model.shard(), model.full_config());
                     parallel::inline(|| model.forward(batch, &own, &mut kv, &mut scratch));
+                    Vec::new()
                 }
-                Job::Shift(copies, delta) => shift_blocks(&mut kv, &model, copies, *delta),
-                Job::Poison => {}
+                Job::Shift(copies, delta) => {
+                    shift_blocks(&mut kv, &model, copies, *delta);
+                    Vec::new()
+                }
+                Job::ReadBlocks(ids) => ids.iter().map(|&b| kv.read_payload(b)).collect(),
+                Job::WriteBlocks(blocks) => blocks
+                    .iter()
+                    .map(|(b, whole)| {
+                        let written = sections
+                            .part(whole, all_kv_heads, &my_kv_heads)
+                            .is_some_and(|p| kv.write_block(*b, &p));
+                        vec![u8::from(written)]
+                    })
+                    .collect(),
+                Job::Poison => Vec::new(),
             }
         }));
         let outcome = ran.map_err(|p| {
@@ -329,6 +412,11 @@ fn serve(
             return;
         }
     }
+}
+
+/// `v[i]`, taken (empty if missing).
+fn take(v: &mut [Vec<u8>], i: usize) -> Vec<u8> {
+    v.get_mut(i).map(std::mem::take).unwrap_or_default()
 }
 
 fn panic_message(p: &(dyn Any + Send)) -> String {

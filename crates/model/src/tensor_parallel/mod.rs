@@ -8,6 +8,7 @@ pub mod affinity;
 pub mod collective;
 pub mod error;
 pub mod group;
+pub(crate) mod kv_blocks;
 pub mod layout;
 pub mod numa;
 pub mod rank;

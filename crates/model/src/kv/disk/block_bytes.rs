@@ -69,6 +69,13 @@ impl KvCache {
         }
     }
 
+    /// Block `b`'s payload (empty when `b` is out of range).
+    pub fn read_payload(&self, b: u32) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.read_block(b, &mut out);
+        out
+    }
+
     /// Writes a payload read by [`KvCache::read_block`] into block `b`; false (nothing
     /// written) when its length is not this cache's block payload or `b` is out of range.
     pub fn write_block(&mut self, b: u32, bytes: &[u8]) -> bool {
