@@ -10,6 +10,7 @@ use crate::common;
 use std::sync::OnceLock;
 
 use common::{TestServer, chunks, client, error_of, post, post_stream};
+use pagoda_testkit::json_schema::assert_valid;
 use serde_json::{Value, json};
 
 fn smol() -> &'static TestServer {
@@ -111,12 +112,6 @@ fn tool_schema(name: &str) -> Value {
         .find(|t| t["function"]["name"] == name)
         .unwrap()["function"]["parameters"]
         .clone()
-}
-
-fn assert_valid(schema: &Value, instance: &Value) {
-    let v = jsonschema::validator_for(schema).unwrap();
-    let errors: Vec<String> = v.iter_errors(instance).map(|e| e.to_string()).collect();
-    assert!(errors.is_empty(), "{instance} against {schema}: {errors:?}");
 }
 
 /// Non-streamed and streamed answers to `body` agree, and calls validate when required.

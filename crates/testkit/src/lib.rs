@@ -1,10 +1,12 @@
 //! Test helpers shared by the pagoda crates (a dev-dependency only): a GGUF writer for crafting
 //! valid and deliberately corrupted files, tiny random models, and those models written as
 //! Hugging Face checkpoint directories, a tiny random cross-encoder checkpoint, the
-//! names-and-types check of a `/metrics` text, and the runner of the Python references.
+//! names-and-types check of a `/metrics` text, and the runners of the Python references (a
+//! numpy forward pass, JSON Schema validation).
 
 pub mod gguf_writer;
 pub mod hf_checkpoint;
+pub mod json_schema;
 pub mod lora_adapter;
 pub mod metrics_names;
 pub mod python_reference;
