@@ -9,7 +9,8 @@ scripts/fetch-models.sh
 # openai_conformance.rs, front_apis.rs) and `anthropic` (front_apis.rs), and `gguf`, ggml's
 # reference dequantizers (crates/gguf/tests/dequantize_reference.rs), and `kubernetes-validate`,
 # which checks deploy/kubernetes against the Kubernetes schemas (crates/pagoda/tests/
-# deploy_manifests.rs). Idempotent (a no-op
+# deploy_manifests.rs) and brings `jsonschema`, which validates constrained outputs
+# (pagoda_testkit::json_schema). Idempotent (a no-op
 # once installed); tries a plain install, then the forms that externally-managed (PEP 668)
 # or read-only Pythons need.
 pip_install() { PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --disable-pip-version-check "$@"; }
