@@ -20,7 +20,7 @@
 use std::cell::Cell;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// How long an idle worker spins before parking. A decode step's gaps between kernels are a few
@@ -41,22 +41,59 @@ static PLACEMENT: OnceLock<Box<dyn Fn(usize) + Send + Sync>> = OnceLock::new();
 thread_local! {
     /// True on pool workers, and on a caller while it runs tasks: a nested `run` goes inline.
     static IN_TASK: Cell<bool> = const { Cell::new(false) };
-    /// True on a thread inside [`inline`]: it runs every kernel alone, as a pool of one.
-    static INLINE: Cell<bool> = const { Cell::new(false) };
+    /// The pool of a thread inside [`RankPool::install`] (null: the process's pool).
+    static CURRENT: Cell<*const Pool> = const { Cell::new(std::ptr::null()) };
 }
 
-/// Runs `f` with every kernel it calls on this thread alone (a pool of one, the global pool
-/// untouched). A tensor-parallel rank is such a thread: ranks run side by side, each on its
-/// own core, so sharing the one pool would serialise them.
-pub fn inline<R>(f: impl FnOnce() -> R) -> R {
-    struct Reset(bool);
-    impl Drop for Reset {
-        fn drop(&mut self) {
-            INLINE.with(|c| c.set(self.0));
+/// A pool of its own for one tensor-parallel rank or pipeline stage: its kernels run on its
+/// threads (pinned to the rank's CPUs) while the other ranks run theirs beside it, never on the
+/// process's pool. Its workers end when it is dropped.
+pub struct RankPool {
+    pool: Pool,
+}
+
+impl RankPool {
+    /// `threads` threads in all, the caller of [`RankPool::install`] being one; each worker
+    /// runs `place(i)` first (i = 1..threads), where the rank pins it.
+    pub fn start(threads: usize, place: impl Fn(usize) + Send + Sync + 'static) -> Self {
+        Self {
+            pool: Pool::start_placed(threads.max(1), Arc::new(place), "pagoda-rank-worker"),
         }
     }
-    let _reset = Reset(INLINE.with(|c| c.replace(true)));
-    f()
+
+    /// Runs `f` with every kernel it calls on this thread spread over this pool.
+    pub fn install<R>(&self, f: impl FnOnce() -> R) -> R {
+        struct Reset(*const Pool);
+        impl Drop for Reset {
+            fn drop(&mut self) {
+                CURRENT.with(|c| c.set(self.0));
+            }
+        }
+        let _reset = Reset(CURRENT.with(|c| c.replace(&self.pool)));
+        f()
+    }
+
+    /// Threads of the pool, the caller included.
+    pub fn threads(&self) -> usize {
+        self.pool.threads
+    }
+}
+
+impl Drop for RankPool {
+    fn drop(&mut self) {
+        let s = self.pool.shared;
+        s.stop.store(true, Ordering::SeqCst);
+        let _park = s.park_lock.lock().unwrap_or_else(|e| e.into_inner());
+        s.wake.notify_all();
+    }
+}
+
+/// The pool of this thread's [`RankPool::install`], if any.
+fn current() -> Option<&'static Pool> {
+    let p = CURRENT.with(Cell::get);
+    // SAFETY: `CURRENT` is set only inside `RankPool::install`, which borrows the pool for as
+    // long as it is set, and reset on the way out; the `'static` here never escapes a call.
+    unsafe { p.as_ref() }
 }
 
 /// Sets the total number of threads (caller included) kernels use. Call once at start-up,
@@ -80,8 +117,8 @@ fn place(index: usize) {
 
 /// The number of threads (caller included) a `run` spreads over.
 pub fn num_threads() -> usize {
-    if INLINE.with(Cell::get) {
-        return 1;
+    if let Some(pool) = current() {
+        return pool.threads;
     }
     match POOL.get() {
         Some(pool) => pool.threads,
@@ -103,11 +140,14 @@ pub fn run(n_tasks: usize, f: &(dyn Fn(usize) + Sync)) {
     if n_tasks == 0 {
         return;
     }
-    if n_tasks == 1 || IN_TASK.with(Cell::get) || INLINE.with(Cell::get) {
+    if n_tasks == 1 || IN_TASK.with(Cell::get) {
         (0..n_tasks).for_each(f);
         return;
     }
-    let pool = POOL.get_or_init(|| Pool::start(configured_threads()));
+    let pool = match current() {
+        Some(pool) => pool,
+        None => POOL.get_or_init(|| Pool::start(configured_threads())),
+    };
     if pool.threads == 1 {
         (0..n_tasks).for_each(f);
         return;
@@ -182,13 +222,21 @@ struct Shared {
     panicked: AtomicBool,
     /// Workers parked or about to park on `wake`.
     sleepers: AtomicUsize,
+    /// Set when a [`RankPool`] is dropped: its workers end.
+    stop: AtomicBool,
     park_lock: Mutex<()>,
     wake: Condvar,
 }
 
 impl Pool {
+    /// The process's pool, its threads placed by [`set_thread_placement`].
     fn start(threads: usize) -> Self {
         place(0);
+        Self::start_placed(threads, Arc::new(place), "pagoda-worker")
+    }
+
+    /// `threads` threads in all (the caller one), worker `i` running `place(i)` first.
+    fn start_placed(threads: usize, place: Arc<dyn Fn(usize) + Send + Sync>, name: &str) -> Self {
         let shared: &'static Shared = Box::leak(Box::new(Shared {
             state: AtomicU64::new(0),
             n_tasks: AtomicUsize::new(0),
@@ -196,13 +244,15 @@ impl Pool {
             completed: AtomicUsize::new(0),
             panicked: AtomicBool::new(false),
             sleepers: AtomicUsize::new(0),
+            stop: AtomicBool::new(false),
             park_lock: Mutex::new(()),
             wake: Condvar::new(),
         }));
         let mut started = 1;
         for i in 1..threads {
+            let place = Arc::clone(&place);
             let spawned = std::thread::Builder::new()
-                .name(format!("pagoda-worker-{i}"))
+                .name(format!("{name}-{i}"))
                 .spawn(move || {
                     place(i);
                     worker_loop(shared)
@@ -299,6 +349,9 @@ fn worker_loop(s: &'static Shared) {
         let start = Instant::now();
         let mut spins = 0u32;
         let generation = loop {
+            if s.stop.load(Ordering::Relaxed) {
+                return;
+            }
             let g = s.state.load(Ordering::Acquire) >> 32;
             if g != seen {
                 break g;
@@ -310,7 +363,7 @@ fn worker_loop(s: &'static Shared) {
             }
             let mut guard = s.park_lock.lock().unwrap_or_else(|e| e.into_inner());
             s.sleepers.fetch_add(1, Ordering::SeqCst);
-            while s.state.load(Ordering::SeqCst) >> 32 == seen {
+            while s.state.load(Ordering::SeqCst) >> 32 == seen && !s.stop.load(Ordering::SeqCst) {
                 guard = s.wake.wait(guard).unwrap_or_else(|e| e.into_inner());
             }
             s.sleepers.fetch_sub(1, Ordering::SeqCst);
@@ -368,22 +421,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn inline_runs_every_task_on_the_calling_thread() {
-        let me = std::thread::current().id();
-        let others = AtomicUsize::new(0);
+    fn a_rank_pool_runs_its_callers_kernels_and_ends_when_dropped() {
+        let pool = RankPool::start(3, |_| {});
+        assert_eq!(pool.threads(), 3);
         let ran = AtomicUsize::new(0);
-        inline(|| {
-            assert_eq!(num_threads(), 1);
-            run(64, &|_| {
+        let threads = Mutex::new(std::collections::HashSet::new());
+        pool.install(|| {
+            assert_eq!(num_threads(), 3);
+            run(256, &|_| {
                 ran.fetch_add(1, Ordering::Relaxed);
-                if std::thread::current().id() != me {
-                    others.fetch_add(1, Ordering::Relaxed);
-                }
+                let mut t = threads.lock().unwrap_or_else(|e| e.into_inner());
+                t.insert(std::thread::current().name().map(str::to_owned));
+                // Long enough that the workers claim some.
+                std::thread::sleep(Duration::from_micros(50));
             });
         });
-        assert_eq!(ran.load(Ordering::Relaxed), 64);
-        assert_eq!(others.load(Ordering::Relaxed), 0);
-        // Left again on the way out, so the thread's later kernels use the pool.
-        assert!(!INLINE.with(Cell::get));
+        assert_eq!(ran.load(Ordering::Relaxed), 256);
+        let names = threads.into_inner().unwrap_or_else(|e| e.into_inner());
+        assert!(
+            names
+                .iter()
+                .flatten()
+                .any(|n| n.starts_with("pagoda-rank-worker")),
+            "{names:?}"
+        );
+        // Outside `install` the thread is back on the process's pool.
+        assert!(current().is_none());
+        let shared = pool.pool.shared;
+        drop(pool);
+        assert!(shared.stop.load(Ordering::SeqCst));
     }
 }

@@ -173,7 +173,8 @@ fn micro_batches_give_the_logits_of_the_whole_step() {
     assert_eq!(expected.len(), (7 + 2) * spec.vocab_size);
     for micro in [Some(1), Some(2), Some(5), None] {
         let mut exec =
-            CpuExecutor::pipeline_parallel(file(&spec), &pp(2, micro), plan(), 8, 16).unwrap();
+            CpuExecutor::pipeline_parallel(file(&spec), &pp(2, micro), None, plan(), 8, 16)
+                .unwrap();
         let got: Vec<u32> = exec
             .forward(&batch)
             .unwrap()

@@ -194,6 +194,26 @@ fn a_context_shift_with_two_ranks_matches_one() {
     assert_close_up_to_a_tie(&a[0], &b[0], "context shift");
 }
 
+/// Each rank's kernels on a pool of two threads (oversubscribed here: the machine has two
+/// cores): the bits of one thread per rank, the pool splitting work, never sums.
+#[test]
+fn two_threads_per_rank_give_the_bits_of_one() {
+    let reqs = requests();
+    let one_each = common::run_engine(common::tiny(&llama()), &setup(2), &reqs);
+    let two_each = EngineSetup {
+        threads_per_rank: Some(2),
+        ..setup(2)
+    };
+    let two_each = common::run_engine(common::tiny(&llama()), &two_each, &reqs);
+    let bits = |g: &common::Generated| -> (Vec<u32>, Vec<u32>) {
+        let lp = g.logprobs.iter().flat_map(|p| &p.top);
+        (g.token_ids.clone(), lp.map(|t| t.logprob.to_bits()).collect())
+    };
+    for (i, (a, b)) in one_each.iter().zip(&two_each).enumerate() {
+        assert_eq!(bits(a), bits(b), "request {i}");
+    }
+}
+
 #[test]
 fn engine_features_with_two_ranks() {
     // Every feature at once (common/features.rs), then proof that each ran with two ranks.

@@ -89,12 +89,13 @@ pub struct EngineArgs {
     /// (base-model requests never do).
     #[arg(long, env = "PAGODA_MAX_LORAS", default_value_t = 8)]
     pub max_loras: usize,
-    /// Compute threads [default: all cores].
+    /// Compute threads [default: all cores]; with a split model, each rank's (its pool pinned
+    /// to its cores) [default: the rank's share of the cores].
     #[arg(long, env = "PAGODA_THREADS")]
     pub threads: Option<usize>,
     /// Ranks the model is split over (tensor parallelism, vLLM's flag): each rank a thread
     /// pinned to its share of the cores, holding its heads, FFN columns, vocabulary rows and
-    /// KV heads, running its kernels on its own thread; two all-reduces per layer.
+    /// KV heads, running its kernels on a pool of its own; two all-reduces per layer.
     #[arg(long, env = "PAGODA_TENSOR_PARALLEL_SIZE", default_value_t = 1)]
     pub tensor_parallel_size: usize,
     /// Stages the model's layers are cut into (pipeline parallelism, vLLM's flag): each stage
@@ -154,21 +155,9 @@ impl EngineArgs {
         if self.pipeline_micro_batches == Some(0) {
             bail!("--pipeline-micro-batches must be at least 1");
         }
-        let flag = if pp > 1 {
-            "--pipeline-parallel-size"
-        } else {
-            "--tensor-parallel-size"
-        };
-        match (tp * pp, self.threads) {
-            (1, threads) => set_threads(threads)?,
-            // Each rank runs its kernels on its own thread; the shared pool would only
-            // compete with the ranks for their cores.
-            (_, None | Some(1)) => set_threads(Some(1))?,
-            (_, Some(t)) => bail!(
-                "{flag} {} runs one thread per rank: --threads {t} is not supported with it yet (leave it out)",
-                tp.max(pp)
-            ),
-        }
+        // With a split model each rank runs its kernels on a pool of its own (`--threads` per
+        // rank); the process's pool would only compete with the ranks for their cores.
+        set_threads(if tp * pp == 1 { self.threads } else { Some(1) })?;
         if let Some(policy) = &self.numa {
             self.place_numa(policy, tp * pp)?;
         }
@@ -214,6 +203,7 @@ impl EngineArgs {
             kv_disk: None,     // `pagoda serve --kv-disk-dir` sets it
             kv_transfer: None, // `pagoda serve --kv-role` sets it
             tensor_parallel: pagoda_model::TensorParallelConfig::new(self.tensor_parallel_size),
+            threads_per_rank: (tp * pp > 1).then_some(self.threads).flatten(),
             pipeline_parallel: pagoda_model::PipelineParallelConfig {
                 micro_batches: self.pipeline_micro_batches,
                 ..pagoda_model::PipelineParallelConfig::new(self.pipeline_parallel_size)

@@ -58,6 +58,7 @@ impl CpuExecutor {
     pub fn tensor_parallel(
         model: Model,
         tp: &TensorParallelConfig,
+        threads_per_rank: Option<usize>,
         plan: KvGroupPlan,
         num_blocks: usize,
         block_size: usize,
@@ -68,7 +69,7 @@ impl CpuExecutor {
         };
         Self::group(
             model,
-            tp.size,
+            (tp.size, threads_per_rank),
             Arc::new(roles),
             plan,
             (num_blocks, block_size),
@@ -80,6 +81,7 @@ impl CpuExecutor {
     pub fn pipeline_parallel(
         model: Model,
         pp: &PipelineParallelConfig,
+        threads_per_rank: Option<usize>,
         plan: KvGroupPlan,
         num_blocks: usize,
         block_size: usize,
@@ -91,7 +93,7 @@ impl CpuExecutor {
         };
         Self::group(
             model,
-            pp.size,
+            (pp.size, threads_per_rank),
             Arc::new(roles),
             plan,
             (num_blocks, block_size),
@@ -100,7 +102,7 @@ impl CpuExecutor {
 
     fn group(
         model: Model,
-        size: usize,
+        (size, threads_per_rank): (usize, Option<usize>),
         roles: Arc<dyn RankRole>,
         plan: KvGroupPlan,
         (num_blocks, block_size): (usize, usize),
@@ -112,6 +114,7 @@ impl CpuExecutor {
             plan: plan.clone(),
             num_blocks,
             block_size,
+            threads_per_rank,
         };
         let (mut leader, group) = RankGroup::start(file, size, kv, roles)?;
         leader.set_kv_cache_dtype(dtype);

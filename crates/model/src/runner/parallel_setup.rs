@@ -56,10 +56,17 @@ pub(crate) fn executor(
     let (tp_cfg, pp_cfg) = (&setup.tensor_parallel, &setup.pipeline_parallel);
     let exec = if tp_cfg.size > 1 {
         tracing::info!(
-            "tensor parallelism: {} ranks as threads, shared-memory all-reduce (rank order), kernels inline on each rank",
+            "tensor parallelism: {} ranks as threads, shared-memory all-reduce (rank order), each rank's kernels on its own pool",
             tp_cfg.size
         );
-        CpuExecutor::tensor_parallel(model, tp_cfg, plan, blocks, block_size)?
+        CpuExecutor::tensor_parallel(
+            model,
+            tp_cfg,
+            setup.threads_per_rank,
+            plan,
+            blocks,
+            block_size,
+        )?
     } else if pp_cfg.size > 1 {
         tracing::info!(
             "pipeline parallelism: {} stages as threads, residual stream handed over in memory, micro-batches per step: {}",
@@ -69,7 +76,14 @@ pub(crate) fn executor(
                 .map_or("round(sqrt((stages - 1) x rows / 4))".to_string(), |m| m
                     .to_string())
         );
-        CpuExecutor::pipeline_parallel(model, pp_cfg, plan, blocks, block_size)?
+        CpuExecutor::pipeline_parallel(
+            model,
+            pp_cfg,
+            setup.threads_per_rank,
+            plan,
+            blocks,
+            block_size,
+        )?
     } else {
         return CpuExecutor::with_plan(model, plan, blocks, block_size);
     };

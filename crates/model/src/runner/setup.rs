@@ -36,6 +36,9 @@ pub struct EngineSetup {
     pub tensor_parallel: TensorParallelConfig,
     /// Pipeline parallelism (`--pipeline-parallel-size`), one stage by default.
     pub pipeline_parallel: PipelineParallelConfig,
+    /// Kernel threads of each rank or stage of a split model (`--threads` with either), each
+    /// rank's pool pinned to its CPUs; `None`: as many as the rank's share of the CPUs.
+    pub threads_per_rank: Option<usize>,
     /// The SLO policy's targets (`--slo`), off by default (docs/capacity.md).
     pub slo: Option<SloTargets>,
 }
@@ -56,6 +59,7 @@ impl Default for EngineSetup {
             kv_transfer: None,
             tensor_parallel: TensorParallelConfig::default(),
             pipeline_parallel: PipelineParallelConfig::default(),
+            threads_per_rank: None,
             slo: None,
         }
     }

@@ -12,7 +12,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use pagoda_gguf::GgufFile;
-use pagoda_kernels::parallel;
+use pagoda_kernels::parallel::RankPool;
 
 use super::affinity;
 use super::kv_blocks::BlockSections;
@@ -95,16 +95,29 @@ pub struct RankGroup {
     leader_pinned: bool,
     /// Set once a rank failed (its rank and message): every later step fails with it.
     failed: Option<(usize, String)>,
+    /// Rank 0's kernel pool (the engine thread runs its part of each step on it).
+    leader_pool: RankPool,
     /// Every rank's part, rank 0's included, in rank order.
     parts: Vec<RankPart>,
 }
 
-/// How each rank's KV cache is built.
+/// How each rank's KV cache and kernel pool are built.
 pub struct KvShape {
     pub dtype: KvCacheDtype,
     pub plan: KvGroupPlan,
     pub num_blocks: usize,
     pub block_size: usize,
+    /// Kernel threads per rank (`None`: the rank's share of the CPUs).
+    pub threads_per_rank: Option<usize>,
+}
+
+/// Rank `rank`'s kernel pool: `threads` (or one per CPU of `cpus`), its workers pinned to
+/// `cpus`, so its kernels stay on its cores and beside the other ranks'.
+fn rank_pool(threads: Option<usize>, cpus: &[usize]) -> RankPool {
+    let cpus = cpus.to_vec();
+    RankPool::start(threads.unwrap_or(cpus.len()).max(1), move |_| {
+        affinity::pin_current_thread(&cpus);
+    })
 }
 
 impl RankGroup {
@@ -139,6 +152,7 @@ impl RankGroup {
                         let _ = leader_tx.send(model);
                         return;
                     }
+                    let pool = rank_pool(kv.threads_per_rank, &rank_cpus);
                     let exec = model.and_then(|mut m| {
                         let _ = part_tx.send(RankPart::of(&m, rank, rank_cpus));
                         m.set_kv_cache_dtype(kv.dtype);
@@ -153,7 +167,7 @@ impl RankGroup {
                     match exec {
                         Ok(exec) => {
                             let _ = done_tx.send(Ok(Vec::new()));
-                            serve(exec, role.as_ref(), &jobs_rx, &done_tx);
+                            serve(exec, &pool, role.as_ref(), &jobs_rx, &done_tx);
                         }
                         Err(e) => {
                             let _ = done_tx.send(Err(e.to_string()));
@@ -179,6 +193,7 @@ impl RankGroup {
             leader_cpus: affinity::rank_cpus(&cpus, 0, size),
             leader_pinned: false,
             failed: None,
+            leader_pool: rank_pool(kv.threads_per_rank, &affinity::rank_cpus(&cpus, 0, size)),
             parts: Vec::new(),
         };
         let leader = leader_rx
@@ -216,7 +231,7 @@ impl RankGroup {
     }
 
     /// Runs one step: hands `batch` to every other rank, runs `own` (rank 0's forward pass,
-    /// kernels inline) and waits for all. A failure on any rank fails this step and every
+    /// kernels on rank 0's pool) and waits for all. A failure on any rank fails this step and every
     /// later one.
     pub fn step(
         &mut self,
@@ -305,7 +320,7 @@ impl RankGroup {
             // A rank that did not get the step would leave the others waiting in it.
             self.roles.abort();
         }
-        let own = catch_unwind(AssertUnwindSafe(|| parallel::inline(own)));
+        let own = catch_unwind(AssertUnwindSafe(|| self.leader_pool.install(own)));
         let own_failure = own.err().map(|p| {
             self.roles.abort();
             (0, panic_message(p.as_ref()))
@@ -357,11 +372,12 @@ impl Drop for RankGroup {
     }
 }
 
-/// A worker rank's loop: each step's forward pass (kernels inline) over its own KV cache,
+/// A worker rank's loop: each step's forward pass (kernels on its `pool`) over its KV cache,
 /// its outcome reported. Its results reached rank 0 inside the pass (gathered logits, or the
 /// last pipeline stage's).
 fn serve(
     (model, mut kv): (Model, KvCache),
+    pool: &RankPool,
     role: &dyn RankRole,
     jobs: &Receiver<Job>,
     done: &Sender<Reply>,
@@ -384,7 +400,7 @@ fn serve(
             match &job {
                 Job::Step(batch, adapters) => {
                     let own = lora_parts.of(adapters, model.shard(), model.full_config());
-                    parallel::inline(|| model.forward(batch, &own, &mut kv, &mut scratch));
+                    pool.install(|| model.forward(batch, &own, &mut kv, &mut scratch));
                     Vec::new()
                 }
                 Job::Shift(copies, delta) => {
