@@ -207,7 +207,10 @@ fn two_threads_per_rank_give_the_bits_of_one() {
     let two_each = common::run_engine(common::tiny(&llama()), &two_each, &reqs);
     let bits = |g: &common::Generated| -> (Vec<u32>, Vec<u32>) {
         let lp = g.logprobs.iter().flat_map(|p| &p.top);
-        (g.token_ids.clone(), lp.map(|t| t.logprob.to_bits()).collect())
+        (
+            g.token_ids.clone(),
+            lp.map(|t| t.logprob.to_bits()).collect(),
+        )
     };
     for (i, (a, b)) in one_each.iter().zip(&two_each).enumerate() {
         assert_eq!(bits(a), bits(b), "request {i}");

@@ -14,11 +14,11 @@ use std::time::{Duration, Instant};
 use pagoda_gguf::GgufFile;
 use pagoda_kernels::parallel::RankPool;
 
-use super::affinity;
 use super::kv_blocks::BlockSections;
 use super::layout::RankPart;
 use super::rank::CollectivePanic;
 use super::role::RankRole;
+use super::{affinity, numa};
 use crate::ModelError;
 use crate::config::KvCacheDtype;
 use crate::kv::cache::KvCache;
@@ -131,13 +131,15 @@ impl RankGroup {
         roles: Arc<dyn RankRole>,
     ) -> Result<(Model, Self), ModelError> {
         let cpus = affinity::allowed_cpus();
+        let nodes = numa::read_nodes(std::path::Path::new("/sys/devices/system/node"), &cpus);
+        let rank_cpus = numa::rank_cpus(&cpus, &nodes, size);
         let kv = Arc::new(kv);
         let (leader_tx, leader_rx) = channel();
         let (part_tx, part_rx) = channel();
         let mut workers = Vec::new();
         let mut ready = Vec::new();
         for rank in 0..size {
-            let rank_cpus = affinity::rank_cpus(&cpus, rank, size);
+            let rank_cpus = rank_cpus[rank].clone();
             let (file, kv, role) = (Arc::clone(&file), Arc::clone(&kv), Arc::clone(&roles));
             let (jobs_tx, jobs_rx) = channel();
             let (done_tx, done_rx) = channel();
@@ -190,10 +192,10 @@ impl RankGroup {
         let mut group = Self {
             workers,
             roles: Arc::clone(&roles),
-            leader_cpus: affinity::rank_cpus(&cpus, 0, size),
             leader_pinned: false,
             failed: None,
-            leader_pool: rank_pool(kv.threads_per_rank, &affinity::rank_cpus(&cpus, 0, size)),
+            leader_pool: rank_pool(kv.threads_per_rank, &rank_cpus[0]),
+            leader_cpus: rank_cpus[0].clone(),
             parts: Vec::new(),
         };
         let leader = leader_rx

@@ -1,7 +1,8 @@
 //! `--numa distribute|isolate` for one rank (llama.cpp's meaning): `distribute` spreads the
 //! kernel pool's threads evenly over the NUMA nodes (thread i on node i mod nodes, pinned to
 //! that node's CPUs), `isolate` keeps every thread on the node the process started on. Nodes
-//! come from /sys/devices/system/node; the rule (`placement`) is a pure function of them.
+//! come from /sys/devices/system/node; the rule (`placement`) is a pure function of them. And
+//! which CPUs each rank of a split model gets (`rank_cpus`): a node, or a run of one, per rank.
 
 use std::path::Path;
 
@@ -58,6 +59,36 @@ pub fn placement(
             let home = nodes.get(home).copied().unwrap_or(nodes[0]);
             vec![home.clone(); threads]
         }
+    }
+}
+
+/// Every rank's CPUs when `size` ranks share `allowed` over `nodes` (each node's CPUs, cut to
+/// `allowed`): one rank per node, or an equal run of a node's CPUs when the ranks are a multiple
+/// of the nodes, or whole nodes when the nodes are a multiple of the ranks, so that no rank
+/// straddles a node it shares with another rank (its weights and KV then sit in its node's
+/// memory). Otherwise, and on one node, contiguous equal shares of `allowed`. A rank gets no
+/// CPUs (and is not pinned) when there are fewer CPUs than ranks.
+pub fn rank_cpus(allowed: &[usize], nodes: &[Vec<usize>], size: usize) -> Vec<Vec<usize>> {
+    let nodes: Vec<&Vec<usize>> = nodes.iter().filter(|n| !n.is_empty()).collect();
+    let n = nodes.len();
+    let share = |cpus: &[usize], r: usize, of: usize| affinity::rank_cpus(cpus, r, of);
+    if n >= 2 && size.is_multiple_of(n) {
+        let per_node = size / n;
+        (0..size)
+            .map(|r| share(nodes[r / per_node], r % per_node, per_node))
+            .collect()
+    } else if n >= 2 && size >= 1 && n.is_multiple_of(size) {
+        let per_rank = n / size;
+        (0..size)
+            .map(|r| {
+                nodes[r * per_rank..(r + 1) * per_rank]
+                    .iter()
+                    .flat_map(|n| n.iter().copied())
+                    .collect()
+            })
+            .collect()
+    } else {
+        (0..size).map(|r| share(allowed, r, size)).collect()
     }
 }
 
@@ -172,6 +203,36 @@ mod tests {
         );
         assert_eq!(placement(NumaPolicy::Isolate, &one, 0, 2), [[4, 5], [4, 5]]);
         assert!(placement(NumaPolicy::Isolate, &[], 0, 2).is_empty());
+    }
+
+    #[test]
+    fn ranks_follow_the_nodes() {
+        // Two sockets whose CPUs the BIOS numbered alternately.
+        let nodes = vec![vec![0, 2, 4, 6], vec![1, 3, 5, 7]];
+        let all: Vec<usize> = (0..8).collect();
+        assert_eq!(
+            rank_cpus(&all, &nodes, 2),
+            [nodes[0].clone(), nodes[1].clone()]
+        );
+        // Four ranks: two per node, each a run of its node's CPUs.
+        assert_eq!(
+            rank_cpus(&all, &nodes, 4),
+            [vec![0, 2], vec![4, 6], vec![1, 3], vec![5, 7]]
+        );
+        // Four nodes, two ranks: two whole nodes each.
+        let four = vec![vec![0, 1], vec![2, 3], vec![4, 5], vec![6, 7]];
+        assert_eq!(
+            rank_cpus(&all, &four, 2),
+            [vec![0, 1, 2, 3], vec![4, 5, 6, 7]]
+        );
+        // Three ranks over two nodes, or one node: equal shares of the allowed CPUs.
+        assert_eq!(
+            rank_cpus(&all, &nodes, 3),
+            [vec![0, 1], vec![2, 3, 4], vec![5, 6, 7]]
+        );
+        assert_eq!(rank_cpus(&[0, 1], &[vec![0, 1]], 2), [vec![0], vec![1]]);
+        // Fewer CPUs than ranks: none pinned.
+        assert_eq!(rank_cpus(&[0], &[], 2), [Vec::<usize>::new(), Vec::new()]);
     }
 
     #[test]
