@@ -13,6 +13,8 @@
 //! batch 1 that is the share of the bound on tokens per second. On a shared host the bandwidth
 //! drifts by a third within a minute, and a reading next to each step follows it. The KV
 //! cache's reads (~3% of the weights at this context) are left out, so the share is a floor.
+//! It prints the process's CPU time per decode step as well, which a loaded machine does not
+//! inflate (the compute-bound steps of a large batch are read against the int8 roof with it).
 #![allow(clippy::unwrap_used)]
 
 use std::io::Write;
@@ -112,16 +114,17 @@ fn main() {
     if let Some(mut f) = ctl.as_ref() {
         f.write_all(b"enable\n").unwrap();
     }
-    let (mut steps, mut tokens, mut wall) = (0usize, 0usize, 0.0f64);
+    let (mut steps, mut tokens, mut wall, mut cpu) = (0usize, 0usize, 0.0f64, 0.0f64);
     let mut shares = Vec::new();
     while core.has_work() {
-        let t0 = Instant::now();
+        let (t0, c0) = (Instant::now(), process_cpu_secs());
         tokens += core
             .step()
             .iter()
             .map(|o| o.new_token_ids.len())
             .sum::<usize>();
         let secs = t0.elapsed().as_secs_f64();
+        cpu += process_cpu_secs() - c0;
         wall += secs;
         steps += 1;
         if let Some(p) = &probe {
@@ -138,6 +141,13 @@ fn main() {
         wall * 1e3 / steps.max(1) as f64,
         tokens as f64 / wall
     );
+    // The CPU time is what a loaded machine does not inflate: set against a roof per
+    // CPU-second (`examples/gemm_cpu roof_int8`), it gives the step's share of the roof.
+    println!(
+        "process CPU {:.1} ms/step ({:.2} CPUs busy while stepping)",
+        cpu * 1e3 / steps.max(1) as f64,
+        cpu / wall
+    );
     if !shares.is_empty() {
         shares.sort_by(f64::total_cmp);
         println!(
@@ -149,4 +159,19 @@ fn main() {
             100.0 * shares[shares.len() * 3 / 4],
         );
     }
+}
+
+/// The process's CPU seconds so far, all threads (user + system from `/proc/self/stat`, in
+/// clock ticks of 10 ms: summed over many steps the ticks average out). 0 off Linux.
+fn process_cpu_secs() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The command name, field 2, may hold spaces: count from the ')' closing it. utime and
+    // stime are fields 14 and 15, the 12th and 13th after it.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    rest.split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|v| v.parse::<u64>().ok())
+        .sum::<u64>() as f64
+        / 100.0
 }

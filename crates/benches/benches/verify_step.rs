@@ -5,7 +5,8 @@
 //!
 //! `cargo bench -p pagoda-benches --bench verify_step` (criterion). Env: `VERIFY_K=1,2,5`
 //! picks k (default 1,2,3,4,5,6,8,9,12,16; past 16, up to 512, a prompt chunk of k tokens
-//! with the last row's logits), `VERIFY_MODEL` the GGUF file in the model
+//! with the last row's logits, and for the matmuls the prompt kernels; each matmul's GOP/s is
+//! printed beside its time), `VERIFY_MODEL` the GGUF file in the model
 //! directory, `PAGODA_THREADS` the pool (default 2). `VERIFY_ITERS=n` skips criterion and
 //! prints the median of n timed runs per point (the forward steps, then the matmuls), for
 //! `perf` and for before/after runs interleaved by hand; there `VERIFY_ONLY=forward` or `matmul`
@@ -174,7 +175,9 @@ fn fixed_matmul(iters: usize) {
         let mut scratch = MatmulScratch::default();
         let mut line = format!("{name:>9} {ty} {n}x{kk} us:");
         let mut base = None;
-        for t in ks().into_iter().filter(|&t| t <= VERIFY_ROWS) {
+        // Past 16 rows a product takes the prompt kernels: `VERIFY_K=16,17,32,64` puts a
+        // decode batch's kernels beside them on the same weights.
+        for t in ks().into_iter().filter(|&t| t <= MAX_STEP) {
             let x = activations(t, kk);
             let mut y = vec![0f32; t * n];
             // Enough runs for ~0.3 s: the CPU clock advances in scheduler ticks.
@@ -193,7 +196,9 @@ fn fixed_matmul(iters: usize) {
                     min
                 };
             let b = *base.get_or_insert(us);
-            line += &format!(" k{t}={us:.0}us({:.2})", us / b);
+            // int8 ops (2 per multiply-add) per second, as `--bench roof` counts them.
+            let gops = 2.0 * (n * kk * t) as f64 / us / 1e3;
+            line += &format!(" k{t}={us:.0}us({:.2},{gops:.0}GOP/s)", us / b);
         }
         println!("{line}");
     }
