@@ -1,31 +1,89 @@
 #!/bin/bash
-# The speculative-decoding comparison of docs/benchmarks.md, in one sitting.
-# Usage (repository root): mkdir -p /tmp/spec && python3 docs/bench/make-workloads.py && docs/bench/speculative.sh
-# pagoda runs from target/debug (the dev profile builds kernels, model and dependencies at
-# opt-level 3); llama-server from L below.
-M=~/.cache/pagoda/models; T=$M/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf; D=$M/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
-L=/tmp/llamacpp/build/bin/llama-server
-P="./target/debug/pagoda serve --kv-cache-memory 1GiB --threads 2"
-LS="$L -t 2 -c 4096 --host 127.0.0.1"
-CODE="--api chat --workload file --dataset-path /tmp/spec/code_edit.jsonl --num-requests 2 --concurrency 1 --warmup 1 --ignore-eos"
-CHAT="--api chat --workload file --dataset-path /tmp/spec/chat.jsonl --num-requests 2 --concurrency 1 --warmup 1 --ignore-eos"
-R="$(dirname "$0")/run-one.sh"
-$R code-pagoda-plain 8201 "$P --model $T --port 8201" "$CODE"
-$R code-pagoda-ngram-auto 8202 "$P --model $T --port 8202 --speculative-method ngram --prompt-lookup-min 2 --prompt-lookup-max 5" "$CODE"
-$R code-pagoda-ngram-k2 8203 "$P --model $T --port 8203 --speculative-method ngram --prompt-lookup-min 2 --prompt-lookup-max 5 --num-speculative-tokens 2" "$CODE"
-$R code-pagoda-suffix-auto 8204 "$P --model $T --port 8204 --speculative-method suffix" "$CODE"
-$R code-pagoda-draft-auto 8205 "$P --model $T --port 8205 --draft-model $D" "$CODE"
-$R code-llama-plain 8206 "$LS -m $T --port 8206" "$CODE"
-$R code-llama-ngram 8207 "$LS -m $T --port 8207 --spec-type ngram-simple" "$CODE"
-$R code-llama-draft 8208 "$LS -m $T --port 8208 --spec-type draft-simple -md $D --spec-draft-n-max 3" "$CODE"
-$R chat-pagoda-plain 8211 "$P --model $T --port 8211" "$CHAT"
-$R chat-pagoda-draft-auto 8212 "$P --model $T --port 8212 --draft-model $D" "$CHAT"
-$R chat-pagoda-draft-k2 8213 "$P --model $T --port 8213 --draft-model $D --num-speculative-tokens 2" "$CHAT"
-$R chat-llama-draft 8214 "$LS -m $T --port 8214 --spec-type draft-simple -md $D --spec-draft-n-max 3" "$CHAT"
-$R chat-llama-plain 8215 "$LS -m $T --port 8215" "$CHAT"
-for c in 8 16 32; do
-  LOAD="--api completions --workload random --input-len 128 --output-len 64 --num-requests $c --concurrency $c --warmup 2 --ignore-eos"
-  $R load$c-pagoda-plain 82$((20+c)) "$P --model $D --port 82$((20+c))" "$LOAD"
-  $R load$c-pagoda-suffix-auto 83$((20+c)) "$P --model $D --port 83$((20+c)) --speculative-method suffix" "$LOAD"
-  $R load$c-pagoda-ngram-auto 84$((20+c)) "$P --model $D --port 84$((20+c)) --speculative-method ngram --prompt-lookup-min 2" "$LOAD"
+# The speculative-decoding comparison of docs/benchmarks.md, in one sitting, release builds.
+# Usage (repository root): python3 docs/bench/make-workloads.py && docs/bench/speculative.sh [ROUNDS]
+#   PAGODA=path/to/pagoda (default target/release/pagoda), BASE=another pagoda binary (adds
+#   base-suffix and base-ngram: the same flags on it, for an A/B of two builds in one run),
+#   L=path/to/llama-server (skipped if absent), ONLY="plain suffix ..." to run some
+#   configurations (ONLY=" ": none), SKIP_LOAD=1 to skip the random-text rows, FIRST=n to
+#   number rounds from n. Results:
+#   /tmp/spec/r<round>-<config>-<prompt>.txt; docs/bench/speculative_table.py tabulates them.
+# Code editing: Qwen2.5-Coder-1.5B, batch 1, greedy, 2 threads, each prompt warmed (one
+# 1-token request puts it in the prefix cache) and then decoded once; decode tok/s is
+# 1000 / mean TPOT (the first token excluded). The configurations alternate within a round, so a
+# loaded machine weighs on all of them alike. Random text: `auto` against no speculation at 1
+# and 16 streams (128-token prompts, 64 tokens out; one wave of as many requests as streams, 4
+# one after the other at 1).
+set -u
+ROUNDS=${1:-1}
+M=~/.cache/pagoda/models; T=$M/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
+PAGODA=${PAGODA:-./target/release/pagoda}
+L=${L:-/tmp/llama/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin/llama-server}
+P="$PAGODA serve --model $T --kv-cache-memory 1GiB --threads 2"
+LS="$L -m $T -t 2 -c 8192 --host 127.0.0.1"
+PROMPTS="admission cost_model dataset metrics"
+declare -A CFG=(
+  [plain]="$P"
+  [suffix]="$P --speculative-method suffix"
+  [ngram]="$P --speculative-method ngram --prompt-lookup-min 2 --prompt-lookup-max 5"
+  [suffix+ngram]="$P --speculative-method suffix+ngram"
+  [base-suffix]="${BASE:-} serve --model $T --kv-cache-memory 1GiB --threads 2 --speculative-method suffix"
+  [base-ngram]="${BASE:-} serve --model $T --kv-cache-memory 1GiB --threads 2 --speculative-method ngram --prompt-lookup-min 2 --prompt-lookup-max 5"
+  [llama-plain]="$LS"
+  [llama-ngram-simple]="$LS --spec-type ngram-simple"
+  [llama-ngram-mod]="$LS --spec-type ngram-mod"
+)
+ORDER=${ONLY:-"plain suffix ngram suffix+ngram llama-plain llama-ngram-simple llama-ngram-mod"}
+PORT=8290
+
+start() { # command -> waits until /v1/models answers
+  $1 --port $PORT > /tmp/spec/server.log 2>&1 &
+  SPID=$!
+  for _ in $(seq 1 600); do
+    curl -sf localhost:$PORT/v1/models >/dev/null 2>&1 && return 0
+    kill -0 $SPID 2>/dev/null || return 1
+    sleep 0.5
+  done
+  return 1
+}
+stop() { kill $SPID; wait $SPID 2>/dev/null; }
+warm() { # dataset file -> the prompt in the server's cache (one token)
+  python3 - "$1" "$PORT" <<'PY'
+import json, sys, urllib.request
+base = f"http://127.0.0.1:{sys.argv[2]}"
+model = json.load(urllib.request.urlopen(base + "/v1/models"))["data"][0]["id"]
+prompt = json.loads(open(sys.argv[1]).readline())["prompt"]
+body = {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": 1,
+        "temperature": 0}
+req = urllib.request.Request(base + "/v1/chat/completions",
+                             json.dumps(body).encode(), {"Content-Type": "application/json"})
+urllib.request.urlopen(req, timeout=600).read()
+PY
+}
+bench() { "$PAGODA" bench --base-url http://127.0.0.1:$PORT --no-progress --temperature 0 "$@"; }
+
+FIRST=${FIRST:-1}  # the first round's number (another sitting adds rounds to /tmp/spec)
+for r in $(seq "$FIRST" $((FIRST + ROUNDS - 1))); do
+  for c in $ORDER; do
+    case $c in llama-*) [ -x "$L" ] || continue;; base-*) [ -x "${BASE:-}" ] || continue;; esac
+    start "${CFG[$c]}" || { echo "$c: server did not start"; stop; continue; }
+    for p in $PROMPTS; do
+      f=/tmp/spec/code_edit_$p.jsonl
+      warm "$f"
+      bench --api chat --workload file --dataset-path "$f" --num-requests 1 --concurrency 1 \
+        --warmup 0 --ignore-eos > /tmp/spec/r$r-$c-$p.txt 2>&1
+      echo "round $r $c $p: $(awk '/^TPOT/ {printf "%.1f tok/s", 1000/$2}' /tmp/spec/r$r-$c-$p.txt)"
+    done
+    stop
+  done
+  [ -n "${SKIP_LOAD:-}" ] && continue
+  for c in plain suffix+ngram; do
+    start "${CFG[$c]}" || { stop; continue; }
+    for s in 1 16; do
+      n=$((s == 1 ? 4 : s))
+      bench --api completions --workload random --input-len 128 --output-len 64 \
+        --num-requests $n --concurrency $s --warmup 1 --ignore-eos > /tmp/spec/r$r-load$s-$c.txt 2>&1
+      echo "round $r load $s $c: $(grep 'Output tokens/s' /tmp/spec/r$r-load$s-$c.txt)"
+    done
+    stop
+  done
 done

@@ -1,5 +1,5 @@
-//! Speculative decoding through the whole engine on tiny random models: with n-gram and suffix
-//! proposals and with a draft model (the target itself, so nearly everything is accepted, and an
+//! Speculative decoding through the whole engine on tiny random models: with n-gram, suffix and
+//! combined (`suffix+ngram`) proposals and with a draft model (the target itself, so nearly everything is accepted, and an
 //! unrelated model, so nearly nothing is), every greedy request's tokens and logprobs equal
 //! those without speculation, in mixed batches of greedy, seeded-sampled, penalised, `n > 1`
 //! and logprob requests, with a KV pool small enough to preempt; and proposals were really
@@ -181,6 +181,11 @@ fn every_method_gives_the_tokens_and_logprobs_of_plain_decoding() {
                 "ngram",
                 None,
                 spec(SpecMethod::Ngram { min_n: 1, max_n: 3 }, 4),
+            ),
+            (
+                "suffix+ngram",
+                None,
+                spec(SpecMethod::SuffixNgram { min_n: 1, max_n: 3 }, 4),
             ),
             (
                 "draft (itself)",

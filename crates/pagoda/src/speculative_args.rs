@@ -4,19 +4,19 @@
 
 use anyhow::{Context, bail};
 use clap::Args;
-use pagoda_core::speculative::config::DEFAULT_AUTO_MAX;
+use pagoda_core::speculative::config::{DEFAULT_AUTO_MAX, SUFFIX_NGRAM_DEFAULT};
 use pagoda_core::{NumSpecTokens, SpecConfig, SpecMethod};
 use serde_json::Value;
 
 #[derive(Args, Clone, Debug, Default)]
 pub struct SpeculativeArgs {
-    /// Speculative decoding as vLLM's JSON: {"method": "ngram"|"suffix"|"draft_model",
+    /// Speculative decoding as vLLM's JSON: {"method": "ngram"|"suffix"|"suffix+ngram"|"draft_model",
     /// "num_speculative_tokens": K|"auto", "prompt_lookup_max", "prompt_lookup_min", "model"}.
     #[arg(long, env = "PAGODA_SPECULATIVE_CONFIG")]
     pub speculative_config: Option<String>,
     /// Speculative decoding method: ngram (prompt lookup), suffix (index over recent outputs),
-    /// or draft_model (with --draft-model).
-    #[arg(long, env = "PAGODA_SPECULATIVE_METHOD", value_parser = ["ngram", "suffix", "draft_model"])]
+    /// suffix+ngram (both; the longer match wins), or draft_model (with --draft-model).
+    #[arg(long, env = "PAGODA_SPECULATIVE_METHOD", value_parser = ["ngram", "suffix", "suffix+ngram", "draft_model"])]
     pub speculative_method: Option<String>,
     /// A smaller GGUF model of the same vocabulary proposing tokens (implies draft_model).
     #[arg(long, env = "PAGODA_DRAFT_MODEL")]
@@ -25,10 +25,10 @@ pub struct SpeculativeArgs {
     /// [default: auto].
     #[arg(long, env = "PAGODA_NUM_SPECULATIVE_TOKENS")]
     pub num_speculative_tokens: Option<String>,
-    /// Longest n-gram prompt lookup matches [default: 5, as vLLM].
+    /// Longest n-gram prompt lookup matches [default: 5, as vLLM; 23 for suffix+ngram].
     #[arg(long, env = "PAGODA_PROMPT_LOOKUP_MAX")]
     pub prompt_lookup_max: Option<usize>,
-    /// Shortest n-gram prompt lookup matches [default: 5, as vLLM].
+    /// Shortest n-gram prompt lookup matches [default: 5, as vLLM; 2 for suffix+ngram].
     #[arg(long, env = "PAGODA_PROMPT_LOOKUP_MIN")]
     pub prompt_lookup_min: Option<usize>,
 }
@@ -133,20 +133,32 @@ fn resolve(raw: Raw) -> anyhow::Result<SpecConfig> {
             SpecMethod::Ngram { min_n, max_n }
         }
         (Some("suffix"), None) => SpecMethod::Suffix,
+        (Some("suffix+ngram"), None) => {
+            let (lo, hi) = SUFFIX_NGRAM_DEFAULT;
+            let (min_n, max_n) = (raw.min.unwrap_or(lo), raw.max.unwrap_or(hi));
+            SpecMethod::SuffixNgram { min_n, max_n }
+        }
         (Some("draft_model") | None, Some(path)) => SpecMethod::DraftModel { path: path.clone() },
         (Some("draft_model"), None) => {
             bail!("speculative_config.model (--draft-model) is required for method draft_model")
         }
-        (Some(m @ ("ngram" | "suffix")), Some(_)) => {
+        (Some(m @ ("ngram" | "suffix" | "suffix+ngram")), Some(_)) => {
             bail!("speculative_config.model is only for method draft_model, not {m}")
         }
         (Some(other), _) => bail!(
-            "speculative_config.method {other:?} is not supported (ngram, suffix, draft_model)"
+            "speculative_config.method {other:?} is not supported (ngram, suffix, suffix+ngram, \
+             draft_model)"
         ),
         (None, None) => bail!("speculative_config.method is required"),
     };
-    if !matches!(method, SpecMethod::Ngram { .. }) && (raw.min.is_some() || raw.max.is_some()) {
-        bail!("speculative_config.prompt_lookup_min/max are only for method ngram");
+    let lookup = matches!(
+        method,
+        SpecMethod::Ngram { .. } | SpecMethod::SuffixNgram { .. }
+    );
+    if !lookup && (raw.min.is_some() || raw.max.is_some()) {
+        bail!(
+            "speculative_config.prompt_lookup_min/max are only for methods ngram and suffix+ngram"
+        );
     }
     let num_speculative_tokens = match raw.k {
         None => NumSpecTokens::Auto {
@@ -194,6 +206,17 @@ mod tests {
         assert_eq!(c.num_speculative_tokens, NumSpecTokens::Fixed(4));
         let c = json(r#"{"method": "suffix"}"#).unwrap().unwrap();
         assert_eq!(c.num_speculative_tokens, NumSpecTokens::Auto { max: 8 });
+        let c = json(r#"{"method": "suffix+ngram", "prompt_lookup_min": 3}"#)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            c.method,
+            SpecMethod::SuffixNgram {
+                min_n: 3,
+                max_n: 23
+            }
+        );
+        assert_eq!(c.method.name(), "suffix+ngram");
         let c = json(r#"{"model": "d.gguf", "num_speculative_tokens": "auto"}"#)
             .unwrap()
             .unwrap();

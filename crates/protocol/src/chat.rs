@@ -304,8 +304,8 @@ pub struct ChatCompletionRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kv_transfer_params: Option<serde_json::Value>,
     /// pagoda: this request's speculative decoding, within the server's: `false` turns it off,
-    /// `{"method": "ngram"|"suffix"|"draft_model", "num_speculative_tokens": K}` caps K (the
-    /// method must be the one the server runs).
+    /// `{"method": "ngram"|"suffix"|"suffix+ngram"|"draft_model", "num_speculative_tokens": K}`
+    /// caps K (the method must be the one the server runs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub speculative: Option<serde_json::Value>,
     /// vLLM: drop special tokens from the text (default true).

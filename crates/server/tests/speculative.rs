@@ -1,6 +1,7 @@
 //! Speculative decoding over HTTP on a tiny random model with n-gram proposals: a request's
 //! `speculative` field narrows the server's (off, or a lower K; the greedy text never
-//! changes) and is refused with a 400 naming the field where it cannot apply, and
+//! changes) and is refused with a 400 naming the field where it cannot apply, a stop string
+//! met inside a run of accepted proposals cuts the text where plain decoding does, and
 //! `pagoda:inter_token_latency_seconds` counts one gap per generated token even when a step
 //! emits an accepted run of several.
 #![allow(clippy::unwrap_used)]
@@ -102,6 +103,35 @@ async fn a_request_narrows_speculation_and_latency_counts_every_token() {
     assert_eq!(st, 200, "{narrowed}");
     for v in [&off, &narrowed] {
         assert_eq!(v["choices"][0]["text"], plain["choices"][0]["text"]);
+    }
+}
+
+#[tokio::test]
+async fn a_stop_string_inside_an_accepted_run_cuts_the_text_as_plain_decoding_does() {
+    let s = server();
+    let c = client();
+    let url = s.url("/v1/completions");
+    let (st, plain) = post(&c, &url, &body(json!({"speculative": false}))).await;
+    assert_eq!(st, 200, "{plain}");
+    let text = plain["choices"][0]["text"].as_str().unwrap().to_string();
+    // A stop string from the middle of the plain text (its first occurrence decides).
+    let chars: Vec<char> = text.chars().collect();
+    assert!(chars.len() >= 12, "{text:?}");
+    let stop: String = chars[chars.len() / 2..chars.len() / 2 + 3].iter().collect();
+    let cut = &text[..text.find(&stop).unwrap()];
+    for spec in [json!(false), json!(true)] {
+        let (st, v) = post(
+            &c,
+            &url,
+            &body(json!({"stop": [&stop], "speculative": spec})),
+        )
+        .await;
+        assert_eq!(st, 200, "{v}");
+        assert_eq!(v["choices"][0]["text"], cut, "speculative {spec}");
+        assert_eq!(
+            v["choices"][0]["finish_reason"], "stop",
+            "speculative {spec}"
+        );
     }
 }
 

@@ -55,10 +55,17 @@ impl NgramProposer {
     /// longest matching suffix of `tokens`, or nothing when no suffix of at least `min_n`
     /// tokens occurred before.
     pub fn propose_one(&self, tokens: &[u32], k: usize, out: &mut Vec<u32>) {
-        if let Some(start) = find_match(tokens, self.min_n, self.max_n) {
-            let end = tokens.len().min(start.saturating_add(k));
-            out.extend_from_slice(&tokens[start..end]);
-        }
+        self.propose_matched(tokens, k, out);
+    }
+
+    /// As `propose_one`, and returns the length of the matched suffix (0: no match).
+    pub(crate) fn propose_matched(&self, tokens: &[u32], k: usize, out: &mut Vec<u32>) -> usize {
+        let Some((start, len)) = find_match(tokens, self.min_n, self.max_n) else {
+            return 0;
+        };
+        let end = tokens.len().min(start.saturating_add(k));
+        out.extend_from_slice(&tokens[start..end]);
+        len
     }
 }
 
@@ -73,14 +80,15 @@ impl Proposer for NgramProposer {
     fn finished(&mut self, _seq_id: u64, _tokens: &[u32], _prompt_len: usize) {}
 }
 
-/// Index of the first token after the chosen occurrence (see the module header), or `None`.
+/// Index of the first token after the chosen occurrence (see the module header) and the
+/// length of the match, or `None`.
 ///
 /// ```text
 ///   tokens:  a b c d a b c     last 3 = "a b c"
 ///            ^^^^^             occurrence ending at e = 2 (must be <= len - 2)
 ///                  ^ start = e + 1
 /// ```
-fn find_match(tokens: &[u32], min_n: usize, max_n: usize) -> Option<usize> {
+fn find_match(tokens: &[u32], min_n: usize, max_n: usize) -> Option<(usize, usize)> {
     let n = tokens.len();
     let (&last, _) = tokens.split_last()?;
     // An occurrence ends at index <= n - 2, so it is at most n - 1 long.
@@ -107,7 +115,7 @@ fn find_match(tokens: &[u32], min_n: usize, max_n: usize) -> Option<usize> {
             }
         }
     }
-    (best_len >= min_n).then_some(best_end + 1)
+    (best_len >= min_n).then_some((best_end + 1, best_len))
 }
 
 #[cfg(test)]
@@ -304,7 +312,7 @@ mod tests {
             k in 1usize..6,
         ) {
             let n = tokens.len();
-            if let Some(start) = find_match(&tokens, 1, 4) {
+            if let Some((start, _)) = find_match(&tokens, 1, 4) {
                 let draft = propose(&tokens, 1, 4, k);
                 prop_assert!(!draft.is_empty() && draft.len() <= k);
                 prop_assert_eq!(&draft[..], &tokens[start..(start + k).min(n)]);

@@ -116,7 +116,9 @@ impl SuffixProposer {
         self.seqs.remove(&seq_id);
     }
 
-    fn propose_one(&mut self, req: &ProposeRequest<'_>, draft: &mut Vec<u32>) {
+    /// Appends the request's draft to `draft` and returns the suffix length it matched (0 when
+    /// nothing was proposed).
+    pub(crate) fn propose_one(&mut self, req: &ProposeRequest<'_>, draft: &mut Vec<u32>) -> usize {
         let limits = DraftLimits {
             max_tokens: req.max_tokens,
             spec_factor: self.config.max_spec_factor,
@@ -138,12 +140,17 @@ impl SuffixProposer {
             self.global_bufs.1.clear();
             Default::default()
         };
-        let chosen = if local_score.score >= global_score.score {
-            &self.local_bufs.1
+        let (chosen, found) = if local_score.score >= global_score.score {
+            (&self.local_bufs.1, local_score)
         } else {
-            &self.global_bufs.1
+            (&self.global_bufs.1, global_score)
         };
         draft.extend_from_slice(chosen);
+        if chosen.is_empty() {
+            0
+        } else {
+            found.match_len
+        }
     }
 }
 

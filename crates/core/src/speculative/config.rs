@@ -12,6 +12,9 @@ pub enum SpecMethod {
     Ngram { min_n: usize, max_n: usize },
     /// A suffix index over recent outputs and the request's own tokens (SuffixDecoding).
     Suffix,
+    /// Both of the above for every sequence; the draft behind the longer matched context wins
+    /// (`suffix+ngram`). The n-gram part matches `min_n..=max_n` tokens.
+    SuffixNgram { min_n: usize, max_n: usize },
     /// A smaller model of the same vocabulary, run autoregressively.
     DraftModel { path: String },
 }
@@ -22,6 +25,7 @@ impl SpecMethod {
         match self {
             Self::Ngram { .. } => "ngram",
             Self::Suffix => "suffix",
+            Self::SuffixNgram { .. } => "suffix+ngram",
             Self::DraftModel { .. } => "draft_model",
         }
     }
@@ -55,6 +59,10 @@ pub struct SpecConfig {
 /// The most tokens one sequence may propose per step: beyond it the verification chunk costs
 /// more than an unlikely run of acceptances brings.
 pub const MAX_SPEC_TOKENS: usize = 32;
+/// `suffix+ngram`'s n-gram lengths by default: from 2 (a match this short already pays when
+/// accepted, and the sequence's acceptance turns K down where it is not) to one below the
+/// suffix index's depth, the longest match the suffix side reports, so matches compare.
+pub const SUFFIX_NGRAM_DEFAULT: (usize, usize) = (2, 23);
 /// The default cap of `auto`.
 pub const DEFAULT_AUTO_MAX: usize = 8;
 
@@ -68,7 +76,9 @@ impl SpecConfig {
                 value: k.to_string(),
             });
         }
-        if let SpecMethod::Ngram { min_n, max_n } = self.method {
+        if let SpecMethod::Ngram { min_n, max_n } | SpecMethod::SuffixNgram { min_n, max_n } =
+            self.method
+        {
             if min_n == 0 {
                 return Err(ConfigError::OutOfRange {
                     field: "prompt_lookup_min",

@@ -1,8 +1,9 @@
 //! Choosing each sequence's number of speculative tokens for a step. With a fixed K every
-//! decoding sequence gets K. With `auto`, tokens are handed out one at a time to the sequence
-//! whose next proposed token is most likely to be accepted (rate^(k+1) for its (k+1)-th), for
-//! as long as the batch's expected tokens per second keeps rising under the measured step-cost
-//! curve; on a busy, compute-bound batch that stops at K = 0 for everyone by itself.
+//! decoding sequence gets K. With `auto`, each sequence's K follows its own acceptance and the
+//! measured step-cost curve: slots go to the proposals most likely to be accepted (rate^(k+1)
+//! for a sequence's (k+1)-th) and the batch keeps as many as maximise its expected tokens per
+//! second, every slot costing one more row of the shared step: long proposals where acceptance
+//! is high, none where it is low, and K = 0 for everyone on a busy, compute-bound batch.
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
@@ -129,6 +130,14 @@ impl SpecController {
         ks
     }
 
+    /// `auto`: proposal slots are offered in order of their acceptance probability (a
+    /// sequence's (k+1)-th slot is worth `rate^(k+1)` expected tokens), and the batch keeps the
+    /// prefix of that order with the most expected tokens per second of predicted step time.
+    /// Without a draft model the step's cost depends only on its total tokens, and for a given
+    /// total the first slots of that order are the most valuable ones, so the best prefix is
+    /// the best choice there is: it is the argmax over all K per sequence, not the first K at
+    /// which one more token stops paying (a step-cost curve with a bump, such as kernels that
+    /// tile rows by 4, can make 1 extra token a loss and 3 a gain).
     fn choose_auto(
         &self,
         base_tokens: usize,
@@ -160,25 +169,33 @@ impl SpecController {
             c
         };
         let mut now = cost(tokens, kmax, drafting);
+        // The slots taken so far, in order, and the best prefix of them.
+        let mut taken: Vec<usize> = Vec::new();
+        let (mut best_len, mut best_rate) = (0usize, expected / now);
+        let mut counts = vec![0usize; cands.len()];
         while left > 0
             && let Some(Gain { gain, idx }) = heap.pop()
         {
-            let k = ks[idx];
+            let k = counts[idx];
             let (kmax2, drafting2) = (kmax.max(k + 1), drafting + usize::from(k == 0));
             let next = cost(tokens + 1, kmax2, drafting2);
-            // Keep the token only if expected tokens per second rise with it.
-            if (expected + gain) * now <= expected * next {
-                // A cheaper candidate (one under kmax) may still pay; others only cost more.
+            // A draft model's cost also grows with the deepest proposal and the sequences
+            // drafting: a slot that raises either without paying at once is passed over.
+            if uses_draft && (expected + gain) * now <= expected * next {
                 if kmax2 > kmax || drafting2 > drafting {
                     continue;
                 }
                 break;
             }
-            ks[idx] = k + 1;
+            counts[idx] = k + 1;
+            taken.push(idx);
             expected += gain;
             tokens += 1;
             left -= 1;
             (kmax, drafting, now) = (kmax2, drafting2, next);
+            if expected / now > best_rate {
+                (best_len, best_rate) = (taken.len(), expected / now);
+            }
             let c = &cands[idx];
             if k + 1 < c.cap.min(max) {
                 heap.push(Gain {
@@ -186,6 +203,9 @@ impl SpecController {
                     idx,
                 });
             }
+        }
+        for &idx in &taken[..best_len] {
+            ks[idx] += 1;
         }
     }
 
@@ -275,6 +295,55 @@ mod tests {
         // A poor acceptance still earns a token or two on the flat part, not eight.
         let k = c.choose(1, 1, 100, &[cand(0, 0.2)])[0];
         assert!((1..=2).contains(&k), "{k}");
+    }
+
+    /// Qwen2.5-Coder-1.5B's verify-step curve after issue 39's kernels (T(5)/T(1) = 1.44,
+    /// T(9)/T(1) = 2.33; docs/benchmarks.md), in seconds.
+    const QWEN: &[(usize, f64)] = &[(1, 0.036), (2, 0.041), (5, 0.052), (9, 0.084), (16, 0.140)];
+
+    #[test]
+    fn a_lone_sequence_gets_the_k_that_maximises_tokens_per_second() {
+        // Expected tokens (1 + r + ... + r^K) over T(1 + K), interpolated on QWEN; e.g. at
+        // r = 0.9: K=3 3.44/0.0483 = 71.1, K=4 4.10/0.0520 = 78.8, K=5 4.69/0.0600 = 78.1.
+        let mut c = controller(NumSpecTokens::Auto { max: 8 }, QWEN);
+        for (rate, k) in [
+            (0.95, 6), // 88.7/s against 88.3 at K=5 and 88.6 at K=7
+            (0.9, 4),
+            (0.6, 3), // 45.0 against 43.9 at K=2 and 44.3 at K=4
+            (0.4, 2),
+            (0.2, 1),  // 1.2/0.041 = 29.3 against 1/0.036 = 27.8
+            (0.12, 0), // 1.12/0.041 = 27.3: a token that costs more than it brings
+        ] {
+            assert_eq!(
+                c.choose(1, 1, 100, &[cand(0, rate)]),
+                vec![k],
+                "rate {rate}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_bump_in_the_curve_does_not_stop_the_search() {
+        // One extra row costs 60% more, three cost 65% (rows tiled by 4): at r = 0.5, K=1 loses
+        // (1.5/1.6 = 0.94 per unit) but K=3 wins (1.875/1.65 = 1.14).
+        let stair: &[(usize, f64)] = &[(1, 1.0), (2, 1.6), (4, 1.65), (8, 3.2)];
+        let mut c = controller(NumSpecTokens::Auto { max: 8 }, stair);
+        assert_eq!(c.choose(1, 1, 100, &[cand(0, 0.5)]), vec![3]);
+        // At r = 0.3 no K pays (K=3: 1.417/1.65 = 0.86).
+        assert_eq!(c.choose(1, 1, 100, &[cand(0, 0.3)]), vec![0]);
+    }
+
+    #[test]
+    fn each_request_in_a_batch_gets_its_own_k() {
+        // Three decoding sequences share a step (T(3) = 44.7 ms). The best of all 9^3 choices
+        // of K on QWEN (a brute-force search: 96.4 expected tokens per second) is 5 slots for
+        // the confident one, 1 for the middling one (its 0.8 comes after 0.95^4 = 0.81 and
+        // before 0.95^5 = 0.77), none for the poor one, whose 0.1 is worth less than its row.
+        let mut c = controller(NumSpecTokens::Auto { max: 8 }, QWEN);
+        let ks = c.choose(3, 3, 100, &[cand(0, 0.95), cand(1, 0.1), cand(2, 0.8)]);
+        assert_eq!(ks, vec![5, 0, 1]);
+        // Alone, the confident one would take 6: the others' rows make its sixth not pay.
+        assert_eq!(c.choose(1, 1, 100, &[cand(0, 0.95)]), vec![6]);
     }
 
     #[test]

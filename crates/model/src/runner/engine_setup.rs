@@ -5,7 +5,7 @@
 
 use pagoda_core::config::{check_kv_budget, default_kv_budget};
 use pagoda_core::{CacheConfig, EngineCore, SpecConfig, SpecMethod};
-use pagoda_speculative::{NgramProposer, SuffixConfig, SuffixProposer};
+use pagoda_speculative::{NgramProposer, SuffixConfig, SuffixNgramProposer, SuffixProposer};
 
 use std::sync::Arc;
 
@@ -342,6 +342,11 @@ fn with_proposer(
         }
         SpecMethod::Suffix => {
             let p = SuffixProposer::new(SuffixConfig::default()).map_err(|e| bad(e.to_string()))?;
+            runner.with_proposer(Box::new(p))
+        }
+        SpecMethod::SuffixNgram { min_n, max_n } => {
+            let p = SuffixNgramProposer::new(SuffixConfig::default(), *min_n, *max_n)
+                .map_err(|e| bad(e.to_string()))?;
             runner.with_proposer(Box::new(p))
         }
         SpecMethod::DraftModel { path } => {

@@ -85,6 +85,7 @@ fn same_method(name: &str, method: &SpecMethod) -> bool {
     match method {
         SpecMethod::Ngram { .. } => name == "ngram",
         SpecMethod::Suffix => name == "suffix",
+        SpecMethod::SuffixNgram { .. } => name == "suffix+ngram",
         SpecMethod::DraftModel { .. } => matches!(name, "draft_model" | "draft"),
     }
 }
