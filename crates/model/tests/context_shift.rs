@@ -1,7 +1,7 @@
 //! Context shift with the real SmolLM2 and a 256-token context: a greedy request asked for more
 //! tokens than the context holds runs on past it (one shift at 256 tokens: the first block
-//! kept, 7 of the 14 blocks after it dropped, the rest moved with keys re-rotated), for f16 and
-//! int8 KV; the text after the shift stays as likely under the model as the text before it
+//! kept, 7 of the 14 blocks after it dropped, the rest moved with keys re-rotated), with f16
+//! KV; the text after the shift stays as likely under the model as the text before it
 //! (keys rotated wrongly, or KV read from the wrong blocks, make it collapse into noise).
 #![allow(clippy::unwrap_used)]
 
@@ -27,7 +27,9 @@ fn a_request_runs_past_max_model_len_and_stays_coherent() {
         .collect();
     let max_model_len = 256;
     let max_tokens = 400;
-    for dtype in [KvCacheDtype::F16, KvCacheDtype::Int8] {
+    // The default f16 KV; int8's re-quantized keys are checked against keys rotated at their
+    // new positions in kv/shift.rs, every element type, on tiny llama and Gemma 3.
+    for dtype in [KvCacheDtype::F16] {
         let setup = EngineSetup {
             scheduler: SchedulerConfig {
                 context_shift_keep: Some(4),

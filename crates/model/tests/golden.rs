@@ -200,16 +200,6 @@ fn gemma3_matches_llama_cpp() {
     check_model(common::GEMMA3, "gemma3-270m-q4_k_m.json");
 }
 
-/// The default KV cache is f16 (as llama.cpp's); f32 must stay within the same bounds.
-#[test]
-fn gemma3_matches_llama_cpp_with_f32_kv() {
-    let setup = pagoda_model::EngineSetup {
-        kv_cache_dtype: pagoda_model::KvCacheDtype::F32,
-        ..common::small_setup()
-    };
-    check_model_with(common::GEMMA3, "gemma3-270m-q4_k_m.json", setup);
-}
-
 #[test]
 fn qwen2_matches_llama_cpp() {
     check_model(common::QWEN2, "qwen2.5-coder-0.5b-instruct-q4_k_m.json");
