@@ -29,7 +29,8 @@ fn a_request_runs_past_max_model_len_and_stays_coherent() {
     let max_tokens = 400;
     // The default f16 KV; int8's re-quantized keys are checked against keys rotated at their
     // new positions in kv/shift.rs, every element type, on tiny llama and Gemma 3.
-    for dtype in [KvCacheDtype::F16] {
+    let dtype = KvCacheDtype::F16;
+    {
         let setup = EngineSetup {
             scheduler: SchedulerConfig {
                 context_shift_keep: Some(4),
