@@ -53,8 +53,9 @@ fn load(c: &ModelConfig, file: &GgufFile) -> Result<LoraAdapter, LoraError> {
 }
 
 /// `base` with every matrix stored as f32 (dequantized, the token embedding too), plus the
-/// adapter's `scale * B A` where it changes one when `merge`. With every matmul in f32 no activation is quantized, whose rounding would turn the last-bit
-/// differences of two correct summation orders into visible ones.
+/// adapter's `scale * B A` where it changes one when `merge`. With every matmul in f32 no
+/// activation is quantized, whose rounding would turn the last-bit differences of two correct
+/// summation orders into visible ones.
 fn with_f32_targets(base: &GgufFile, adapter: &LoraAdapter, merge: bool) -> GgufFile {
     let mut out = GgufAssembly::new();
     for (k, v) in base.metadata() {

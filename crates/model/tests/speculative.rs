@@ -1,11 +1,11 @@
 //! Speculative decoding through the whole engine on tiny random models: with n-gram, suffix and
-//! combined (`suffix+ngram`) proposals and with a draft model (the target itself, so nearly everything is accepted, and an
-//! unrelated model, so nearly nothing is), every greedy request's tokens and logprobs equal
-//! those without speculation, in mixed batches of greedy, seeded-sampled, penalised, `n > 1`
-//! and logprob requests, with a KV pool small enough to preempt; and proposals were really
-//! made and accepted. Sampled requests equal plain decoding's token for token with token-only
-//! proposers; a draft model samples its proposals and the rejection rule keeps only their
-//! distribution (speculative_sampled.rs tests that), not the seeded stream.
+//! combined (`suffix+ngram`) proposals and with a draft model (the target itself, so nearly
+//! everything is accepted, and an unrelated model, so nearly nothing is), every greedy request's
+//! tokens and logprobs equal those without speculation, in mixed batches of greedy, seeded-sampled,
+//! penalised, `n > 1` and logprob requests, with a KV pool small enough to preempt; and proposals
+//! were really made and accepted. Sampled requests equal plain decoding's token for token with
+//! token-only proposers; a draft model samples its proposals and the rejection rule keeps only
+//! their distribution (speculative_sampled.rs tests that), not the seeded stream.
 #![allow(clippy::unwrap_used)]
 
 use crate::common;

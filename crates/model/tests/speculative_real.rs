@@ -1,12 +1,11 @@
-//! Speculative decoding on the real Qwen2.5-Coder pair (1.5B target, 0.5B draft: one
-//! vocabulary; suffix proposals on the 0.5B alone, whose verification path the n-gram and
-//! combined proposers share and which tiny models check for them): with suffix and draft-model
-//! proposals, every request of a mixed batch (a code edit that copies its prompt, a chat answer, a JSON-schema
-//! constrained answer, logprobs, a seeded sampled `n = 2`) gives exactly the tokens and
-//! logprobs of plain decoding (the sampled one under suffix proposals only: a draft model
-//! samples its proposals, so its law is kept, not its seeded stream), and the copying request
-//! has most of its proposals accepted.
-//! A draft of another vocabulary is refused at build time.
+//! Speculative decoding on the real Qwen2.5-Coder pair (1.5B target, 0.5B draft: one vocabulary;
+//! suffix proposals on the 0.5B alone, whose verification path the n-gram and combined proposers
+//! share and which tiny models check for them): with suffix and draft-model proposals, every
+//! request of a mixed batch (a code edit that copies its prompt, a chat answer, a JSON-schema
+//! constrained answer, logprobs, a seeded sampled `n = 2`) gives exactly the tokens and logprobs of
+//! plain decoding (the sampled one under suffix proposals only: a draft model samples its
+//! proposals, so its law is kept, not its seeded stream), and the copying request has most of its
+//! proposals accepted. A draft of another vocabulary is refused at build time.
 #![allow(clippy::unwrap_used)]
 
 use crate::common;
