@@ -13,7 +13,7 @@ use std::collections::HashMap;
 
 use crate::error::SpecConfigError;
 use crate::ngram::NgramProposer;
-use crate::proposer::{ProposeRequest, Proposer, reset_out};
+use crate::proposer::{ProposeRequest, Proposer, each_request};
 use crate::suffix::{SuffixConfig, SuffixProposer};
 
 /// Each call keeps this share of a source's older evidence.
@@ -140,10 +140,7 @@ impl SuffixNgramProposer {
 
 impl Proposer for SuffixNgramProposer {
     fn propose(&mut self, reqs: &[ProposeRequest<'_>], out: &mut Vec<Vec<u32>>) {
-        reset_out(out, reqs.len());
-        for (req, draft) in reqs.iter().zip(out.iter_mut()) {
-            self.propose_one(req, draft);
-        }
+        each_request(reqs, out, |req, draft| self.propose_one(req, draft));
     }
 
     fn finished(&mut self, seq_id: u64, tokens: &[u32], prompt_len: usize) {

@@ -15,7 +15,7 @@
 //! `max_n`. No allocation besides the caller's draft vector.
 
 use crate::error::SpecConfigError;
-use crate::proposer::{ProposeRequest, Proposer, reset_out};
+use crate::proposer::{ProposeRequest, Proposer, each_request};
 
 /// Prompt lookup decoding over the sequence's own tokens (prompt and output); stateless.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,10 +71,9 @@ impl NgramProposer {
 
 impl Proposer for NgramProposer {
     fn propose(&mut self, reqs: &[ProposeRequest<'_>], out: &mut Vec<Vec<u32>>) {
-        reset_out(out, reqs.len());
-        for (req, draft) in reqs.iter().zip(out.iter_mut()) {
-            self.propose_one(req.tokens, req.max_tokens, draft);
-        }
+        each_request(reqs, out, |req, draft| {
+            self.propose_one(req.tokens, req.max_tokens, draft)
+        });
     }
 
     fn finished(&mut self, _seq_id: u64, _tokens: &[u32], _prompt_len: usize) {}

@@ -25,6 +25,19 @@ pub trait Proposer: Send {
     fn finished(&mut self, seq_id: u64, tokens: &[u32], prompt_len: usize);
 }
 
+/// `out` reset to one draft per request, then `draft(req, &mut out[i])` for each: the loop of
+/// every proposer that drafts for each request on its own.
+pub(crate) fn each_request(
+    reqs: &[ProposeRequest<'_>],
+    out: &mut Vec<Vec<u32>>,
+    mut draft: impl FnMut(&ProposeRequest<'_>, &mut Vec<u32>),
+) {
+    reset_out(out, reqs.len());
+    for (req, d) in reqs.iter().zip(out.iter_mut()) {
+        draft(req, d);
+    }
+}
+
 /// Resizes `out` to `n` drafts, each empty, keeping the inner vectors' capacity so that a
 /// steady-state step allocates nothing.
 pub(crate) fn reset_out(out: &mut Vec<Vec<u32>>, n: usize) {

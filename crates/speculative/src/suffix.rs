@@ -16,7 +16,7 @@
 use std::collections::HashMap;
 
 use crate::error::SpecConfigError;
-use crate::proposer::{ProposeRequest, Proposer, reset_out};
+use crate::proposer::{ProposeRequest, Proposer, each_request};
 use crate::suffix_tree::{DraftLimits, SuffixTree};
 
 /// SuffixDecoding's tunables, with vLLM's defaults for its `suffix` method.
@@ -171,10 +171,9 @@ fn sync(index: &mut SuffixTree, tokens: &[u32], depth: usize) {
 
 impl Proposer for SuffixProposer {
     fn propose(&mut self, reqs: &[ProposeRequest<'_>], out: &mut Vec<Vec<u32>>) {
-        reset_out(out, reqs.len());
-        for (req, draft) in reqs.iter().zip(out.iter_mut()) {
+        each_request(reqs, out, |req, draft| {
             self.propose_one(req, draft);
-        }
+        });
     }
 
     fn finished(&mut self, seq_id: u64, tokens: &[u32], prompt_len: usize) {
