@@ -429,6 +429,17 @@ async fn routes_over_real_replicas() {
     drop(a);
     let a = Replica::start_on(port, events, replay);
     a.wait_ready(&c).await;
+    // The router takes it back only once a health poll has seen it ready (its index is
+    // cleared then); the replica's own /ready can answer first.
+    let ready = format!("pagoda_router:worker_health{{worker=\"{url}\",health=\"ready\"}} 1");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !metrics(&c, &ca).await.lines().any(|l| l == ready) {
+        assert!(
+            Instant::now() < deadline,
+            "the router never saw {url} ready again"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     wait_gauge(&c, &ca, "indexed_blocks", &url, "after the restart", |v| {
         v == 0
     })
