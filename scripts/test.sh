@@ -37,6 +37,19 @@ LITELLM_VENV="${HOME}/.cache/pagoda/litellm-venv"
   python3 -m venv "$LITELLM_VENV" &&
     "$LITELLM_VENV/bin/python" -m pip install --quiet --disable-pip-version-check 'litellm==1.80.0'
 }
+# Open MPI's mpirun and library: tensor-parallel ranks as processes (crates/pagoda/tests/mpi.rs).
+# Installed from the distribution (Debian's openmpi-bin) in the background while the workspace
+# compiles; pagoda itself opens the library only when asked to (--distributed-executor-backend).
+ensure_mpi() {
+  command -v mpirun >/dev/null && return 0
+  local sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo"
+  { $sudo apt-get install -y -qq --no-install-recommends openmpi-bin ||
+    { $sudo apt-get update -qq && $sudo apt-get install -y -qq --no-install-recommends openmpi-bin; }
+  } >/dev/null 2>&1
+}
+ensure_mpi &
+mpi_install=$!
 cargo fmt --all -- --check
 # A crate's tests/*.rs are modules of its one test binary, tests/main.rs (autotests = false:
 # one link instead of one per file); a file missing from main.rs would silently never run.
@@ -65,4 +78,5 @@ export CARGO_INCREMENTAL=0
 artifacts="$(mktemp)"
 trap 'rm -f "$artifacts"' EXIT
 cargo test --workspace --all-targets --locked --no-run --message-format=json-render-diagnostics >"$artifacts"
+wait "$mpi_install" || { echo "error: cannot install Open MPI (apt-get install openmpi-bin)" >&2; exit 1; }
 python3 scripts/run-test-binaries.py <"$artifacts"

@@ -2,14 +2,16 @@
 """Validates every manifest in deploy/kubernetes against the Kubernetes schemas.
 
 Built-in kinds go through kubernetes-validate (PyPI) in strict mode, so a misspelt or
-misplaced field fails; the Gateway API and Inference Extension kinds, which it has no schema
-for, are checked against the fields of their CRDs (below). With --pagoda BIN, every `--flag` in
+misplaced field fails; the Gateway API, Inference Extension and LeaderWorkerSet kinds, which it
+has no schema for, are checked against the fields of their CRDs (below), and a
+LeaderWorkerSet's pod templates as built-in PodTemplates. With --pagoda BIN, every `--flag` in
 a pagoda container's args must be a flag of that subcommand, and a pod's grace period must
 cover its preStop sleep plus pagoda's --shutdown-timeout.
 Run by crates/pagoda/tests/deploy_manifests.rs (so by scripts/test.sh and CI).
 """
 import argparse
 import pathlib
+import shlex
 import subprocess
 import sys
 
@@ -84,14 +86,53 @@ HTTP_ROUTE = _resource("gateway.networking.k8s.io/v1", "HTTPRoute", {
     },
 })
 
+# leaderworkerset.x-k8s.io/v1 LeaderWorkerSet (kubernetes-sigs/lws,
+# config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml); its two pod templates are
+# checked as the built-in PodTemplate's (`pod_templates` below).
+_POD_TEMPLATE = {"type": "object", "required": ["spec"]}
+LEADER_WORKER_SET = _resource("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", {
+    "type": "object", "required": ["leaderWorkerTemplate"], "additionalProperties": False,
+    "properties": {
+        "replicas": {"type": "integer", "minimum": 0},
+        "startupPolicy": {"enum": ["LeaderCreated", "LeaderReady"]},
+        "leaderWorkerTemplate": {
+            "type": "object", "required": ["workerTemplate"], "additionalProperties": False,
+            "properties": {
+                "size": {"type": "integer", "minimum": 1},
+                "restartPolicy": {"enum": ["RecreateGroupOnPodRestart", "Default", "None"]},
+                "leaderTemplate": _POD_TEMPLATE,
+                "workerTemplate": _POD_TEMPLATE,
+                "subGroupPolicy": {"type": "object"},
+            }},
+        "rolloutStrategy": {"type": "object"},
+        "networkConfig": {
+            "type": "object", "additionalProperties": False,
+            "properties": {"subdomainPolicy": {"enum": ["Shared", "UniquePerReplica"]}}},
+    },
+})
+
 CUSTOM = {("inference.networking.k8s.io/v1", "InferencePool"): INFERENCE_POOL,
-          ("gateway.networking.k8s.io/v1", "HTTPRoute"): HTTP_ROUTE}
+          ("gateway.networking.k8s.io/v1", "HTTPRoute"): HTTP_ROUTE,
+          ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"): LEADER_WORKER_SET}
+
+
+def pod_templates(doc):
+    """The pod templates inside a custom resource, each as a built-in PodTemplate."""
+    if doc.get("kind") == "LeaderWorkerSet":
+        lwt = doc["spec"]["leaderWorkerTemplate"]
+        for role in ("leaderTemplate", "workerTemplate"):
+            if role in lwt:
+                yield {"apiVersion": "v1", "kind": "PodTemplate",
+                       "metadata": {"name": f"{doc['metadata']['name']}-{role}"},
+                       "template": lwt[role]}
 
 
 def validate(doc):
     key = (doc.get("apiVersion"), doc.get("kind"))
     if key in CUSTOM:
         jsonschema.validate(doc, CUSTOM[key])
+        for template in pod_templates(doc):
+            kubernetes_validate.validate(template, KUBERNETES_VERSION, strict=True)
     else:
         # Raises SchemaNotFoundError for a kind it does not know: an unknown kind is an error
         # here, never a skipped file.
@@ -101,12 +142,28 @@ def validate(doc):
 def pod_specs(doc):
     if doc.get("kind") in ("Deployment", "StatefulSet", "DaemonSet", "Job"):
         yield doc["spec"]["template"]["spec"]
+    for template in pod_templates(doc):
+        yield template["template"]["spec"]
+
+
+def pagoda_args(c):
+    """A pagoda container's subcommand and flags: its args, or the `pagoda SUB ...` that ends
+    the script of a `sh -c` command (as under mpirun)."""
+    if c.get("args"):
+        return c["args"]
+    command = c.get("command", [])
+    if len(command) == 3 and command[:2] == ["/bin/sh", "-c"]:
+        words = shlex.split(command[2].replace("\\\n", " "))
+        for i, w in enumerate(words):
+            if w == "pagoda" or w.endswith("/pagoda"):
+                return words[i + 1:]
+    return []
 
 
 def check_pagoda_args(pod, pagoda, where):
     errors = []
     for c in pod.get("containers", []):
-        args = c.get("args", [])
+        args = pagoda_args(c)
         if not args or not c.get("image", "").split("/")[-1].startswith("pagoda"):
             continue
         help_text = subprocess.run([pagoda, args[0], "--help"], check=True,

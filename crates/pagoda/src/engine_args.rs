@@ -98,6 +98,13 @@ pub struct EngineArgs {
     /// KV heads, running its kernels on a pool of its own; two all-reduces per layer.
     #[arg(long, env = "PAGODA_TENSOR_PARALLEL_SIZE", default_value_t = 1)]
     pub tensor_parallel_size: usize,
+    /// What the tensor-parallel ranks are (vLLM's flag): `threads` of this process, or `mpi`,
+    /// the processes of an Open MPI job (`mpirun -np N pagoda serve ... --tensor-parallel-size
+    /// N --distributed-executor-backend mpi`, one per NUMA node or machine, the model file at
+    /// the same path on each): rank 0 serves, the others hold their shards and follow its
+    /// steps. Needs Open MPI's library (Debian: openmpi-bin) at run time only.
+    #[arg(long, env = "PAGODA_DISTRIBUTED_EXECUTOR_BACKEND", default_value = "threads", value_parser = ["threads", "mpi"])]
+    pub distributed_executor_backend: String,
     /// Stages the model's layers are cut into (pipeline parallelism, vLLM's flag): each stage
     /// a thread pinned to its share of the cores, holding a contiguous run of layers and their
     /// KV cache; each step's batch flows through the stages in micro-batches. Not combined with
@@ -155,6 +162,7 @@ impl EngineArgs {
         if self.pipeline_micro_batches == Some(0) {
             bail!("--pipeline-micro-batches must be at least 1");
         }
+        let mpi = self.mpi()?;
         // With a split model each rank runs its kernels on a pool of its own (`--threads` per
         // rank); the process's pool would only compete with the ranks for their cores.
         set_threads(if tp * pp == 1 { self.threads } else { Some(1) })?;
@@ -202,7 +210,10 @@ impl EngineArgs {
             sliding_window_freeing: !self.disable_sliding_window_freeing,
             kv_disk: None,     // `pagoda serve --kv-disk-dir` sets it
             kv_transfer: None, // `pagoda serve --kv-role` sets it
-            tensor_parallel: pagoda_model::TensorParallelConfig::new(self.tensor_parallel_size),
+            tensor_parallel: pagoda_model::TensorParallelConfig {
+                mpi,
+                ..pagoda_model::TensorParallelConfig::new(self.tensor_parallel_size)
+            },
             threads_per_rank: (tp * pp > 1).then_some(self.threads).flatten(),
             pipeline_parallel: pagoda_model::PipelineParallelConfig {
                 micro_batches: self.pipeline_micro_batches,
@@ -214,6 +225,43 @@ impl EngineArgs {
 }
 
 impl EngineArgs {
+    /// `--distributed-executor-backend mpi`: this process's MPI, initialised (`None` for
+    /// threads).
+    fn mpi(&self) -> anyhow::Result<Option<&'static pagoda_mpi::Mpi>> {
+        if self.distributed_executor_backend != "mpi" {
+            return Ok(None);
+        }
+        let tp = self.tensor_parallel_size;
+        if tp < 2 || self.pipeline_parallel_size > 1 {
+            bail!(
+                "--distributed-executor-backend mpi splits a model by tensor parallelism: give --tensor-parallel-size N (at least 2, as many as mpirun's processes) and no --pipeline-parallel-size"
+            );
+        }
+        let mpi = pagoda_mpi::Mpi::init().context("--distributed-executor-backend mpi")?;
+        if mpi.size() != tp {
+            bail!(
+                "--tensor-parallel-size {tp} with --distributed-executor-backend mpi needs as many processes: mpirun started {} (mpirun -np {tp} ...)",
+                mpi.size()
+            );
+        }
+        Ok(Some(mpi))
+    }
+
+    /// On a rank above 0 of an MPI job: holds its shard of the model at `path` and follows
+    /// rank 0's steps until rank 0 stops, then returns true (the command is done). False on
+    /// rank 0 and without MPI.
+    pub fn run_mpi_worker(&self, path: &std::path::Path) -> anyhow::Result<bool> {
+        let Some(mpi) = self.mpi()? else {
+            return Ok(false);
+        };
+        if mpi.rank() == 0 {
+            return Ok(false);
+        }
+        pagoda_model::tensor_parallel::run_worker(path, mpi)
+            .with_context(|| format!("MPI rank {}", mpi.rank()))?;
+        Ok(true)
+    }
+
     /// `--numa`: pins the kernel pool's threads by node (before the first kernel runs).
     fn place_numa(&self, policy: &str, ranks: usize) -> anyhow::Result<()> {
         use pagoda_model::tensor_parallel::numa::{self, NumaPolicy};

@@ -143,6 +143,9 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
         .context("invalid sampling arguments")?;
     let prompts = read_prompts(&args)?;
     let path = model_path::resolve(args.model.clone(), false)?;
+    if args.engine.run_mpi_worker(&path)? {
+        return Ok(());
+    }
     let template_text = match &args.chat_template {
         Some(p) => Some(
             std::fs::read_to_string(p)

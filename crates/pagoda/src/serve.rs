@@ -193,6 +193,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .collect::<anyhow::Result<Vec<_>>>()?,
     };
     let path = paths[0].clone();
+    if setup.tensor_parallel.mpi.is_some() && paths.len() > 1 {
+        anyhow::bail!("--distributed-executor-backend mpi splits one model: give one --model");
+    }
+    if args.engine.run_mpi_worker(&path)? {
+        return Ok(());
+    }
     // Several generation models share the single-model KV default, split evenly, unless
     // --kv-cache-memory sets each one's pool.
     let generators = paths

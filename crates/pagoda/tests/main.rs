@@ -9,6 +9,7 @@ mod embed_cli;
 mod fuzz_corpus;
 mod kv_disk_restart;
 mod models_cli;
+mod mpi;
 mod perplexity;
 mod plan_cli;
 mod serve_logs;

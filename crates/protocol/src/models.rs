@@ -74,6 +74,10 @@ pub struct ParallelLayout {
     pub tensor_parallel_size: usize,
     /// Pipeline stages (`--pipeline-parallel-size`).
     pub pipeline_parallel_size: usize,
+    /// What the ranks are (`--distributed-executor-backend`): `threads` of the server's
+    /// process, or the processes of an `mpi` job.
+    #[serde(default)]
+    pub backend: String,
     /// In rank order.
     pub ranks: Vec<RankCard>,
 }

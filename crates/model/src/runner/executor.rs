@@ -4,15 +4,18 @@
 
 use std::sync::Arc;
 
+use pagoda_gguf::GgufFile;
+
 use crate::kv::shift::shift_blocks;
 use crate::lora::{LoraAdapter, LoraShards};
 use crate::models::{ForwardScratch, Model};
 use crate::pipeline_parallel::{Mailboxes, PipelineParallelConfig, PipelineRoles};
-use crate::tensor_parallel::group::KvShape;
 use crate::tensor_parallel::kv_blocks::BlockSections;
+use crate::tensor_parallel::mpi_ranks;
+use crate::tensor_parallel::rank_setup::KvShape;
 use crate::tensor_parallel::{
-    RankGroup, RankLayout, RankPart, RankRole, SharedMemoryCollective, TensorParallelConfig,
-    TensorRoles, affinity,
+    RankGroup, RankLayout, RankPart, SharedMemoryCollective, TensorParallelConfig, TensorRoles,
+    affinity,
 };
 use crate::{ForwardBatch, KvCache, KvGroupPlan, ModelError};
 
@@ -63,17 +66,23 @@ impl CpuExecutor {
         num_blocks: usize,
         block_size: usize,
     ) -> Result<Self, ModelError> {
-        let roles = TensorRoles {
+        let blocks = (num_blocks, block_size);
+        if let Some(mpi) = tp.mpi {
+            let counters = Arc::clone(&tp.counters);
+            return Self::group(model, threads_per_rank, plan, blocks, |file, kv| {
+                let s = mpi_ranks::start(file, tp.size, &kv, counters, mpi)?;
+                let threads = kv.threads_per_rank;
+                let group = RankGroup::of_processes(&s.leader, s.ranks, s.parts, s.roles, threads);
+                Ok((s.leader, group))
+            });
+        }
+        let roles = Arc::new(TensorRoles {
             comm: Arc::new(SharedMemoryCollective::new(tp.size)),
             counters: Arc::clone(&tp.counters),
-        };
-        Self::group(
-            model,
-            (tp.size, threads_per_rank),
-            Arc::new(roles),
-            plan,
-            (num_blocks, block_size),
-        )
+        });
+        Self::group(model, threads_per_rank, plan, blocks, |file, kv| {
+            RankGroup::start(file, tp.size, kv, roles)
+        })
     }
 
     /// Stage 0 of `pp.size` pipeline stages over the file `model` was loaded from (dropped,
@@ -86,26 +95,25 @@ impl CpuExecutor {
         num_blocks: usize,
         block_size: usize,
     ) -> Result<Self, ModelError> {
-        let roles = PipelineRoles {
+        let roles = Arc::new(PipelineRoles {
             link: Arc::new(Mailboxes::new(pp.size)),
             counters: Arc::clone(&pp.counters),
             micro_batches: pp.micro_batches,
-        };
-        Self::group(
-            model,
-            (pp.size, threads_per_rank),
-            Arc::new(roles),
-            plan,
-            (num_blocks, block_size),
-        )
+        });
+        let blocks = (num_blocks, block_size);
+        Self::group(model, threads_per_rank, plan, blocks, |file, kv| {
+            RankGroup::start(file, pp.size, kv, roles)
+        })
     }
 
+    /// Rank 0 of a group `start` starts over the file `model` was loaded from, each rank's
+    /// KV cache of `plan` and `num_blocks` blocks; rank 0's part beside the group.
     fn group(
         model: Model,
-        (size, threads_per_rank): (usize, Option<usize>),
-        roles: Arc<dyn RankRole>,
+        threads_per_rank: Option<usize>,
         plan: KvGroupPlan,
         (num_blocks, block_size): (usize, usize),
+        start: impl FnOnce(Arc<GgufFile>, KvShape) -> Result<(Model, RankGroup), ModelError>,
     ) -> Result<Self, ModelError> {
         let (file, dtype) = (model.file_arc(), model.config().kv_cache_dtype);
         drop(model);
@@ -116,7 +124,7 @@ impl CpuExecutor {
             block_size,
             threads_per_rank,
         };
-        let (mut leader, group) = RankGroup::start(file, size, kv, roles)?;
+        let (mut leader, group) = start(file, kv)?;
         leader.set_kv_cache_dtype(dtype);
         let mut exec = Self::with_plan(leader, plan, num_blocks, block_size)?;
         exec.group = Some(group);
@@ -138,6 +146,10 @@ impl CpuExecutor {
         RankLayout {
             tensor_parallel_size: if pp > 1 { 1 } else { ranks.len() },
             pipeline_parallel_size: pp,
+            backend: match &self.group {
+                Some(g) if g.across_processes() => "mpi",
+                _ => "threads",
+            },
             ranks,
         }
     }

@@ -55,10 +55,17 @@ pub(crate) fn executor(
     let (blocks, block_size) = (cache.num_blocks, cache.block_size);
     let (tp_cfg, pp_cfg) = (&setup.tensor_parallel, &setup.pipeline_parallel);
     let exec = if tp_cfg.size > 1 {
-        tracing::info!(
-            "tensor parallelism: {} ranks as threads, shared-memory all-reduce (rank order), each rank's kernels on its own pool",
-            tp_cfg.size
-        );
+        if tp_cfg.mpi.is_some() {
+            tracing::info!(
+                "tensor parallelism: {} ranks as the processes of an MPI job, all-reduce by MPI all-gather summed in rank order, each rank's kernels on its own pool",
+                tp_cfg.size
+            );
+        } else {
+            tracing::info!(
+                "tensor parallelism: {} ranks as threads, shared-memory all-reduce (rank order), each rank's kernels on its own pool",
+                tp_cfg.size
+            );
+        }
         CpuExecutor::tensor_parallel(
             model,
             tp_cfg,

@@ -2,6 +2,7 @@
 //! all-gather, barrier). Kept small so that another transport (processes, MPI) can implement
 //! it; the in-process one is `SharedMemoryCollective`.
 
+use pagoda_kernels::ops;
 use thiserror::Error;
 
 /// Why a collective operation did not complete.
@@ -14,6 +15,9 @@ pub enum CollectiveError {
     /// A rank passed a buffer that does not fit the operation.
     #[error("collective buffer mismatch: {0}")]
     Mismatch(String),
+    /// The transport between ranks in other processes failed.
+    #[error("collective transport failed: {0}")]
+    Transport(String),
 }
 
 /// The operations every rank of a group calls in the same order. Results must be
@@ -38,4 +42,27 @@ pub trait Collective: Send + Sync {
     /// Fails every operation in progress and every later one, on all ranks: a rank that
     /// failed calls it so that no other rank waits for it forever.
     fn abort(&self);
+}
+
+/// `x` = the sum of `parts`, added in their order (rank 0's part, plus rank 1's, ...): the one
+/// summation order every transport's all-reduce uses, so all of them give the same bits.
+pub(crate) fn sum_in_rank_order<'a>(
+    x: &mut [f32],
+    parts: impl IntoIterator<Item = &'a [f32]>,
+) -> Result<(), CollectiveError> {
+    for (r, part) in parts.into_iter().enumerate() {
+        if part.len() != x.len() {
+            return Err(CollectiveError::Mismatch(format!(
+                "all-reduce of {} values met rank {r}'s {}",
+                x.len(),
+                part.len()
+            )));
+        }
+        if r == 0 {
+            x.copy_from_slice(part);
+        } else {
+            ops::add_inplace(x, part);
+        }
+    }
+    Ok(())
 }

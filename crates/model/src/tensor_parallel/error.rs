@@ -35,6 +35,18 @@ pub enum TpError {
         size: usize,
         align: usize,
     },
+    #[error(
+        "--tensor-parallel-size {asked} with --distributed-executor-backend mpi needs as many \
+         processes: mpirun started {launched} (mpirun -np {asked} ...)"
+    )]
+    MpiSize { asked: usize, launched: usize },
+    #[error("MPI: {0}")]
+    Mpi(String),
+    #[error(
+        "LoRA adapters are not supported with ranks in other processes \
+         (--distributed-executor-backend mpi) yet"
+    )]
+    AdaptersAcrossProcesses,
     #[error("tensor-parallel rank {rank} failed: {message}")]
     RankFailed { rank: usize, message: String },
 }

@@ -4,7 +4,6 @@
 //! on its own thread. A panic on any rank aborts the group's waits so no rank waits forever,
 //! and the group then fails every later step: the engine reports the error instead of hanging.
 
-use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, TryRecvError, channel};
@@ -14,18 +13,17 @@ use std::time::{Duration, Instant};
 use pagoda_gguf::GgufFile;
 use pagoda_kernels::parallel::RankPool;
 
+use super::job::{Job, RankState, Reply};
 use super::kv_blocks::BlockSections;
 use super::layout::RankPart;
-use super::rank::CollectivePanic;
+use super::mpi_ranks::MpiRanks;
+use super::rank_setup::{KvShape, panic_message, rank_pool};
 use super::role::RankRole;
-use super::{affinity, numa};
+use super::{TpError, affinity, numa};
 use crate::ModelError;
-use crate::config::KvCacheDtype;
 use crate::kv::cache::KvCache;
-use crate::kv::groups::KvGroupPlan;
-use crate::kv::shift::shift_blocks;
-use crate::lora::{LoraAdapter, LoraShards};
-use crate::models::{ForwardScratch, Model};
+use crate::lora::LoraAdapter;
+use crate::models::Model;
 use crate::runner::batch::ForwardBatch;
 
 /// How long a rank spins for the next message before it blocks: decode steps follow each
@@ -46,39 +44,6 @@ fn receive<T>(rx: &Receiver<T>) -> Option<T> {
     rx.recv().ok()
 }
 
-/// What rank 0 sends a worker rank.
-enum Job {
-    /// A step and the whole adapters its sequences use (each rank cuts its own parts).
-    Step(Arc<ForwardBatch>, Arc<[Arc<LoraAdapter>]>),
-    /// A context shift: blocks `(src, dst)` copied with their keys rotated back by `delta`
-    /// positions, in every rank's cache (each holds its KV heads).
-    Shift(Arc<[(u32, u32)]>, u32),
-    /// The rank's payloads of these blocks (its KV heads' part), for the disk tier or a
-    /// transfer.
-    ReadBlocks(Arc<[u32]>),
-    /// Whole payloads to write: each rank writes its KV heads' part.
-    WriteBlocks(Arc<[(u32, Vec<u8>)]>),
-    /// Test hook: panic in the next step.
-    Poison,
-}
-
-impl Job {
-    /// The same job for another worker (its payload shared, not copied).
-    fn share(&self) -> Self {
-        match self {
-            Self::Step(b, a) => Self::Step(Arc::clone(b), Arc::clone(a)),
-            Self::Shift(c, d) => Self::Shift(Arc::clone(c), *d),
-            Self::ReadBlocks(b) => Self::ReadBlocks(Arc::clone(b)),
-            Self::WriteBlocks(b) => Self::WriteBlocks(Arc::clone(b)),
-            Self::Poison => Self::Poison,
-        }
-    }
-}
-
-/// What a worker answers a job with: its payloads for `ReadBlocks`, `[1]` or `[0]` for each
-/// block of `WriteBlocks` (written or not), nothing otherwise; or why it failed.
-type Reply = Result<Vec<Vec<u8>>, String>;
-
 struct Worker {
     rank: usize,
     jobs: Option<Sender<Job>>,
@@ -86,9 +51,11 @@ struct Worker {
     thread: Option<JoinHandle<()>>,
 }
 
-/// Ranks 1..N of a tensor-parallel group, as seen from rank 0.
+/// Ranks 1..N of a tensor-parallel group, as seen from rank 0: threads of this process
+/// (`workers`), or processes started by `mpirun` (`remote`).
 pub struct RankGroup {
     workers: Vec<Worker>,
+    remote: Option<MpiRanks>,
     roles: Arc<dyn RankRole>,
     /// Rank 0's CPUs: the engine thread pins itself to them at its first step.
     leader_cpus: Vec<usize>,
@@ -99,25 +66,6 @@ pub struct RankGroup {
     leader_pool: RankPool,
     /// Every rank's part, rank 0's included, in rank order.
     parts: Vec<RankPart>,
-}
-
-/// How each rank's KV cache and kernel pool are built.
-pub struct KvShape {
-    pub dtype: KvCacheDtype,
-    pub plan: KvGroupPlan,
-    pub num_blocks: usize,
-    pub block_size: usize,
-    /// Kernel threads per rank (`None`: the rank's share of the CPUs).
-    pub threads_per_rank: Option<usize>,
-}
-
-/// Rank `rank`'s kernel pool: `threads` (or one per CPU of `cpus`), its workers pinned to
-/// `cpus`, so its kernels stay on its cores and beside the other ranks'.
-fn rank_pool(threads: Option<usize>, cpus: &[usize]) -> RankPool {
-    let cpus = cpus.to_vec();
-    RankPool::start(threads.unwrap_or(cpus.len()).max(1), move |_| {
-        affinity::pin_current_thread(&cpus);
-    })
 }
 
 impl RankGroup {
@@ -191,6 +139,7 @@ impl RankGroup {
         drop((leader_tx, part_tx));
         let mut group = Self {
             workers,
+            remote: None,
             roles: Arc::clone(&roles),
             leader_pinned: false,
             failed: None,
@@ -222,9 +171,37 @@ impl RankGroup {
         Ok((leader, group))
     }
 
+    /// Rank 0 of ranks that are the processes of an MPI job: `remote` has loaded their parts,
+    /// `leader` is this process's (rank 0's) part, pinned to `cpus`.
+    pub(crate) fn of_processes(
+        leader: &Model,
+        remote: MpiRanks,
+        mut parts: Vec<RankPart>,
+        roles: Arc<dyn RankRole>,
+        threads: Option<usize>,
+    ) -> Self {
+        let cpus = affinity::allowed_cpus();
+        parts.insert(0, RankPart::of(leader, 0, cpus.clone()));
+        Self {
+            workers: Vec::new(),
+            remote: Some(remote),
+            roles,
+            leader_pinned: false,
+            failed: None,
+            leader_pool: rank_pool(threads, &cpus),
+            leader_cpus: cpus,
+            parts,
+        }
+    }
+
     /// Ranks, rank 0 included.
     pub fn size(&self) -> usize {
-        self.workers.len() + 1
+        self.parts.len()
+    }
+
+    /// Whether the other ranks are processes (MPI) rather than threads of this one.
+    pub fn across_processes(&self) -> bool {
+        self.remote.is_some()
     }
 
     /// Every rank's part, in rank order.
@@ -241,6 +218,9 @@ impl RankGroup {
         adapters: &[Arc<LoraAdapter>],
         own: impl FnOnce(),
     ) -> Result<(), ModelError> {
+        if self.remote.is_some() && !adapters.is_empty() {
+            return Err(TpError::AdaptersAcrossProcesses.into());
+        }
         self.broadcast(Job::Step(Arc::new(batch.clone()), adapters.into()), own)
             .map(drop)
     }
@@ -273,8 +253,8 @@ impl RankGroup {
                     .chain(
                         replies
                             .iter()
-                            .zip(&self.workers)
-                            .map(|(r, w)| (heads(w.rank), r.get(i).cloned().unwrap_or_default())),
+                            .enumerate()
+                            .map(|(w, r)| (heads(w + 1), r.get(i).cloned().unwrap_or_default())),
                     )
                     .collect();
                 sections.merge(&parts).unwrap_or_default()
@@ -311,6 +291,14 @@ impl RankGroup {
             self.leader_pinned = true;
             affinity::pin_current_thread(&self.leader_cpus);
         }
+        if let Some(remote) = &self.remote {
+            let pool = &self.leader_pool;
+            let ran = remote.run(&job, || {
+                catch_unwind(AssertUnwindSafe(|| pool.install(own)))
+                    .map_err(|p| panic_message(p.as_ref()))
+            });
+            return ran.map_err(|(rank, message)| self.fail(rank, message));
+        }
         let mut failure = None;
         for w in &self.workers {
             let sent = w.jobs.as_ref().is_some_and(|j| j.send(job.share()).is_ok());
@@ -339,16 +327,25 @@ impl RankGroup {
         }
         // A worker's own error is the cause; rank 0 then only saw the aborted collective.
         if let Some((rank, message)) = failure.or(own_failure) {
-            tracing::error!(rank, %message, kind = self.roles.name(), "parallel rank failed; the group is stopped");
-            self.failed = Some((rank, message.clone()));
-            return Err(self.roles.failed(rank, message));
+            return Err(self.fail(rank, message));
         }
         Ok(replies)
+    }
+
+    /// Rank `rank` failed: this step's error, and every later step's.
+    fn fail(&mut self, rank: usize, message: String) -> ModelError {
+        tracing::error!(rank, %message, kind = self.roles.name(), "parallel rank failed; the group is stopped");
+        self.failed = Some((rank, message.clone()));
+        self.roles.failed(rank, message)
     }
 
     /// Test hook: rank `rank` panics in its next step.
     #[doc(hidden)]
     pub fn poison(&self, rank: usize) {
+        if let Some(remote) = &self.remote {
+            remote.poison(rank);
+            return;
+        }
         if let Some(j) = self
             .workers
             .iter()
@@ -362,6 +359,11 @@ impl RankGroup {
 
 impl Drop for RankGroup {
     fn drop(&mut self) {
+        if let Some(remote) = &self.remote {
+            // Aborting would end the MPI job with an error: the ranks are told to stop.
+            remote.stop();
+            return;
+        }
         self.roles.abort();
         for w in &mut self.workers {
             w.jobs = None; // the worker's `recv` ends
@@ -374,54 +376,27 @@ impl Drop for RankGroup {
     }
 }
 
-/// A worker rank's loop: each step's forward pass (kernels on its `pool`) over its KV cache,
-/// its outcome reported. Its results reached rank 0 inside the pass (gathered logits, or the
-/// last pipeline stage's).
+/// A worker rank's loop: each job run on its part of the model and KV cache (kernels on its
+/// `pool`), its outcome reported. A step's results reached rank 0 inside the pass (gathered
+/// logits, or the last pipeline stage's).
 fn serve(
-    (model, mut kv): (Model, KvCache),
+    (model, kv): (Model, KvCache),
     pool: &RankPool,
     role: &dyn RankRole,
     jobs: &Receiver<Job>,
     done: &Sender<Reply>,
 ) {
-    let mut scratch = ForwardScratch::default();
-    let mut lora_parts = LoraShards::default();
-    let sections = BlockSections::of(&kv);
-    let (all_kv_heads, my_kv_heads) = (
-        model.full_config().n_kv_heads,
-        model.shard().kv_heads.clone(),
-    );
-    let mut poisoned = false;
+    let mut state = RankState::new(model, kv);
     while let Some(job) = receive(jobs) {
-        if matches!(job, Job::Poison) {
-            poisoned = true;
-            continue;
-        }
-        let ran = catch_unwind(AssertUnwindSafe(|| {
-            assert!(!poisoned, "injected failure (test hook)");
-            match &job {
-                Job::Step(batch, adapters) => {
-                    let own = lora_parts.of(adapters, model.shard(), model.full_config());
-                    pool.install(|| model.forward(batch, &own, &mut kv, &mut scratch));
-                    Vec::new()
-                }
-                Job::Shift(copies, delta) => {
-                    shift_blocks(&mut kv, &model, copies, *delta);
-                    Vec::new()
-                }
-                Job::ReadBlocks(ids) => ids.iter().map(|&b| kv.read_payload(b)).collect(),
-                Job::WriteBlocks(blocks) => blocks
-                    .iter()
-                    .map(|(b, whole)| {
-                        let written = sections
-                            .part(whole, all_kv_heads, &my_kv_heads)
-                            .is_some_and(|p| kv.write_block(*b, &p));
-                        vec![u8::from(written)]
-                    })
-                    .collect(),
-                Job::Poison => Vec::new(),
+        match job {
+            Job::Stop => return,
+            Job::Poison => {
+                state.run(&job, pool);
+                continue;
             }
-        }));
+            _ => {}
+        }
+        let ran = catch_unwind(AssertUnwindSafe(|| state.run(&job, pool)));
         let outcome = ran.map_err(|p| {
             role.abort();
             panic_message(p.as_ref())
@@ -435,16 +410,4 @@ fn serve(
 /// `v[i]`, taken (empty if missing).
 fn take(v: &mut [Vec<u8>], i: usize) -> Vec<u8> {
     v.get_mut(i).map(std::mem::take).unwrap_or_default()
-}
-
-fn panic_message(p: &(dyn Any + Send)) -> String {
-    if let Some(c) = p.downcast_ref::<CollectivePanic>() {
-        c.0.to_string()
-    } else if let Some(s) = p.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = p.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "panicked".to_string()
-    }
 }

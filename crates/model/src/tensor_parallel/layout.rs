@@ -45,6 +45,8 @@ impl RankPart {
 pub struct RankLayout {
     pub tensor_parallel_size: usize,
     pub pipeline_parallel_size: usize,
+    /// What the ranks are: `threads` of this process, or the processes of an `mpi` job.
+    pub backend: &'static str,
     /// In rank order.
     pub ranks: Vec<RankPart>,
 }
@@ -55,8 +57,12 @@ impl RankLayout {
         tracing::info!(
             tensor_parallel_size = self.tensor_parallel_size,
             pipeline_parallel_size = self.pipeline_parallel_size,
-            "rank layout: {} ranks as threads of this process",
-            self.ranks.len()
+            "rank layout: {} ranks, {}",
+            self.ranks.len(),
+            match self.backend {
+                "mpi" => "the processes of an MPI job",
+                _ => "threads of this process",
+            }
         );
         for r in &self.ranks {
             tracing::info!(

@@ -8,9 +8,7 @@
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
-use pagoda_kernels::ops;
-
-use super::collective::{Collective, CollectiveError};
+use super::collective::{Collective, CollectiveError, sum_in_rank_order};
 
 /// Spins before a waiting rank starts yielding its core (ranks arrive within microseconds of
 /// each other when their work is balanced; yielding keeps an oversubscribed machine moving).
@@ -122,23 +120,8 @@ impl Collective for SharedMemoryCollective {
         }
         let parity = self.publish(rank, x);
         self.wait_all()?;
-        for r in 0..self.slots.len() {
-            let part = self.part(r, parity);
-            if part.len() != x.len() {
-                self.abort();
-                return Err(CollectiveError::Mismatch(format!(
-                    "all-reduce of {} values met rank {r}'s {}",
-                    x.len(),
-                    part.len()
-                )));
-            }
-            if r == 0 {
-                x.copy_from_slice(part);
-            } else {
-                ops::add_inplace(x, part);
-            }
-        }
-        Ok(())
+        let parts = (0..self.slots.len()).map(|r| self.part(r, parity));
+        sum_in_rank_order(x, parts).inspect_err(|_| self.abort())
     }
 
     fn all_gather(

@@ -66,6 +66,7 @@ fn parallel(l: &RankLayout) -> Option<ParallelLayout> {
     (l.ranks.len() > 1).then(|| ParallelLayout {
         tensor_parallel_size: l.tensor_parallel_size,
         pipeline_parallel_size: l.pipeline_parallel_size,
+        backend: l.backend.to_owned(),
         ranks: l
             .ranks
             .iter()

@@ -1,0 +1,266 @@
+//! Open MPI, loaded with `dlopen` when a process is started by `mpirun` and asked to use it:
+//! the rank and size of the job and the few collectives a tensor-parallel group needs
+//! (broadcast, gathers, barrier, abort). Opened at run time so that pagoda builds and runs
+//! without MPI installed; only Open MPI's ABI (Debian's `libopenmpi3`, libmpi.so.40) is known.
+
+mod symbols;
+
+use std::ffi::{CString, c_int, c_void};
+use std::sync::OnceLock;
+
+use symbols::Symbols;
+
+/// Why MPI could not be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MpiError {
+    #[error(
+        "cannot open Open MPI's library ({library}): {reason}; install it (Debian: apt-get install openmpi-bin) and start pagoda under mpirun"
+    )]
+    Library { library: String, reason: String },
+    #[error("Open MPI's library lacks `{0}`")]
+    Symbol(String),
+    #[error("not started by mpirun (no OMPI_COMM_WORLD_SIZE in the environment)")]
+    NoLauncher,
+    #[error("MPI_Init_thread failed with code {0}")]
+    Init(c_int),
+    #[error("MPI gives only thread level {0}; pagoda needs MPI_THREAD_MULTIPLE (3)")]
+    ThreadLevel(c_int),
+    #[error("{call} failed with code {code}")]
+    Call { call: &'static str, code: c_int },
+    #[error("{what} of {len} is more than MPI's count type holds")]
+    TooLarge { what: &'static str, len: usize },
+}
+
+/// The library Debian's `libopenmpi3` installs.
+pub const LIBRARY: &str = "libmpi.so.40";
+/// `MPI_THREAD_MULTIPLE` in Open MPI's `mpi.h`.
+const THREAD_MULTIPLE: c_int = 3;
+
+/// The initialised MPI of this process (MPI may be initialised once per process).
+pub struct Mpi {
+    s: Symbols,
+    rank: usize,
+    size: usize,
+}
+
+static MPI: OnceLock<Result<Mpi, MpiError>> = OnceLock::new();
+
+impl Mpi {
+    /// Whether this process was started by Open MPI's `mpirun`.
+    pub fn launched() -> bool {
+        std::env::var_os("OMPI_COMM_WORLD_SIZE").is_some()
+    }
+
+    /// Opens the library and initialises MPI (the first call), then returns it.
+    pub fn init() -> Result<&'static Mpi, MpiError> {
+        MPI.get_or_init(Self::open).as_ref().map_err(Clone::clone)
+    }
+
+    fn open() -> Result<Self, MpiError> {
+        if !Self::launched() {
+            return Err(MpiError::NoLauncher);
+        }
+        let s = Symbols::open(LIBRARY)?;
+        let mut provided: c_int = 0;
+        // SAFETY: called once per process (the OnceLock), with null argc/argv as the standard
+        // allows, and a valid out-pointer.
+        let code = unsafe {
+            (s.init_thread)(
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                THREAD_MULTIPLE,
+                &mut provided,
+            )
+        };
+        if code != 0 {
+            return Err(MpiError::Init(code));
+        }
+        if provided < THREAD_MULTIPLE {
+            return Err(MpiError::ThreadLevel(provided));
+        }
+        let (mut rank, mut size): (c_int, c_int) = (0, 0);
+        // SAFETY: MPI is initialised; out-pointers are valid.
+        check("MPI_Comm_rank", unsafe {
+            (s.comm_rank)(s.world, &mut rank)
+        })?;
+        check("MPI_Comm_size", unsafe {
+            (s.comm_size)(s.world, &mut size)
+        })?;
+        Ok(Self {
+            s,
+            rank: rank.max(0) as usize,
+            size: size.max(1) as usize,
+        })
+    }
+
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// Rank `root`'s `bytes` on every rank: the length goes first, so the other ranks may
+    /// pass any buffer (it is resized).
+    pub fn broadcast(&self, bytes: &mut Vec<u8>, root: usize) -> Result<(), MpiError> {
+        let mut len = [bytes.len() as u64];
+        self.bcast_raw(len.as_mut_ptr().cast(), 8, root)?;
+        bytes.resize(usize::try_from(len[0]).unwrap_or(usize::MAX), 0);
+        let n = count("a broadcast", bytes.len())?;
+        self.bcast_raw(bytes.as_mut_ptr().cast(), n, root)
+    }
+
+    fn bcast_raw(&self, buf: *mut c_void, n: c_int, root: usize) -> Result<(), MpiError> {
+        // SAFETY: `buf` holds `n` bytes on every rank (the caller sized it); root is a rank.
+        check("MPI_Bcast", unsafe {
+            (self.s.bcast)(buf, n, self.s.byte, root as c_int, self.s.world)
+        })
+    }
+
+    /// Every rank's `part` (lengths may differ), concatenated in rank order into `out`
+    /// (resized).
+    pub fn all_gather_f32(&self, part: &[f32], out: &mut Vec<f32>) -> Result<(), MpiError> {
+        let counts = self.all_lengths(part.len())?;
+        let (counts, displs) = layout(&counts)?;
+        out.resize(counts.iter().map(|&c| c as usize).sum(), 0.0);
+        // SAFETY: `part` holds counts[rank] floats and `out` their sum, laid out by `displs`.
+        check("MPI_Allgatherv", unsafe {
+            (self.s.allgatherv)(
+                part.as_ptr().cast(),
+                count("an all-gather part", part.len())?,
+                self.s.float,
+                out.as_mut_ptr().cast(),
+                counts.as_ptr(),
+                displs.as_ptr(),
+                self.s.float,
+                self.s.world,
+            )
+        })
+    }
+
+    /// Every rank's `part` of bytes at `root` (in rank order); `None` on the other ranks.
+    pub fn gather_bytes(&self, part: &[u8], root: usize) -> Result<Option<Vec<Vec<u8>>>, MpiError> {
+        let counts = self.all_lengths(part.len())?;
+        let (counts, displs) = layout(&counts)?;
+        let mut out = vec![0u8; counts.iter().map(|&c| c as usize).sum()];
+        // SAFETY: `part` holds counts[rank] bytes; `out` holds their sum (read at the root only).
+        check("MPI_Gatherv", unsafe {
+            (self.s.gatherv)(
+                part.as_ptr().cast(),
+                count("a gather part", part.len())?,
+                self.s.byte,
+                out.as_mut_ptr().cast(),
+                counts.as_ptr(),
+                displs.as_ptr(),
+                self.s.byte,
+                root as c_int,
+                self.s.world,
+            )
+        })?;
+        if self.rank != root {
+            return Ok(None);
+        }
+        Ok(Some(
+            counts
+                .iter()
+                .zip(&displs)
+                .map(|(&c, &d)| out[d as usize..][..c as usize].to_vec())
+                .collect(),
+        ))
+    }
+
+    /// Each rank's `len`, in rank order, on every rank.
+    fn all_lengths(&self, len: usize) -> Result<Vec<u64>, MpiError> {
+        let mine = [len as u64];
+        let mut all = vec![0u64; self.size];
+        // SAFETY: 8 bytes from each rank into `size` x 8 bytes.
+        check("MPI_Allgather", unsafe {
+            (self.s.allgather)(
+                mine.as_ptr().cast(),
+                8,
+                self.s.byte,
+                all.as_mut_ptr().cast(),
+                8,
+                self.s.byte,
+                self.s.world,
+            )
+        })?;
+        Ok(all)
+    }
+
+    /// Returns once every rank has called it.
+    pub fn barrier(&self) -> Result<(), MpiError> {
+        // SAFETY: MPI is initialised.
+        check("MPI_Barrier", unsafe { (self.s.barrier)(self.s.world) })
+    }
+
+    /// Ends every process of the job (a rank failed mid-collective: the others would wait
+    /// for it forever). `mpirun` reports it and exits non-zero.
+    pub fn abort(&self, code: i32) -> ! {
+        // SAFETY: MPI is initialised; MPI_Abort does not return on success.
+        unsafe { (self.s.abort)(self.s.world, code) };
+        std::process::exit(code)
+    }
+
+    /// Shuts MPI down; every rank calls it once, after its last collective.
+    pub fn finalize(&self) -> Result<(), MpiError> {
+        // SAFETY: MPI is initialised, and no other call follows on this process.
+        check("MPI_Finalize", unsafe { (self.s.finalize)() })
+    }
+}
+
+fn check(call: &'static str, code: c_int) -> Result<(), MpiError> {
+    if code == 0 {
+        Ok(())
+    } else {
+        Err(MpiError::Call { call, code })
+    }
+}
+
+fn count(what: &'static str, len: usize) -> Result<c_int, MpiError> {
+    c_int::try_from(len).map_err(|_| MpiError::TooLarge { what, len })
+}
+
+/// Counts and displacements of a variable gather.
+fn layout(lengths: &[u64]) -> Result<(Vec<c_int>, Vec<c_int>), MpiError> {
+    let mut counts = Vec::with_capacity(lengths.len());
+    let mut displs = Vec::with_capacity(lengths.len());
+    let mut at = 0usize;
+    for &l in lengths {
+        let l = usize::try_from(l).unwrap_or(usize::MAX);
+        counts.push(count("a gathered part", l)?);
+        displs.push(count("a gather", at)?);
+        at = at.saturating_add(l);
+    }
+    count("a gather", at)?;
+    Ok((counts, displs))
+}
+
+/// The C string of `s` (library and symbol names have no NUL).
+fn c_string(s: &str) -> CString {
+    CString::new(s.replace('\0', "")).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn gathers_lay_parts_end_to_end() {
+        let (c, d) = layout(&[3, 0, 5]).unwrap();
+        assert_eq!((c, d), (vec![3, 0, 5], vec![0, 3, 3]));
+        assert!(matches!(
+            layout(&[u64::from(u32::MAX)]),
+            Err(MpiError::TooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn without_mpirun_it_says_so() {
+        if !Mpi::launched() {
+            assert_eq!(Mpi::init().err(), Some(MpiError::NoLauncher));
+        }
+    }
+}
