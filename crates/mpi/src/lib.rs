@@ -1,14 +1,14 @@
 //! Open MPI, loaded with `dlopen` when a process is started by `mpirun` and asked to use it:
-//! the rank and size of the job and the few collectives a tensor-parallel group needs
-//! (broadcast, gathers, barrier, abort). Opened at run time so that pagoda builds and runs
+//! the rank and size of the job, the few collectives a tensor-parallel group needs
+//! (broadcast, gathers, barrier, abort) and the ordered messages of a pipeline's stages. Opened at run time so that pagoda builds and runs
 //! without MPI installed; only Open MPI's ABI (Debian's `libopenmpi3`, libmpi.so.40) is known.
 
 mod symbols;
 
 use std::ffi::{CString, c_int, c_void};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
-use symbols::Symbols;
+use symbols::{Handle, Status, Symbols};
 
 /// Why MPI could not be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -41,7 +41,18 @@ pub struct Mpi {
     s: Symbols,
     rank: usize,
     size: usize,
+    /// Sends still in flight, each with the buffer MPI reads from until it completes.
+    sending: Mutex<Vec<Sending>>,
 }
+
+struct Sending {
+    request: Handle,
+    _data: Vec<f32>,
+}
+
+// SAFETY: a request handle is Open MPI's pointer to its own request object, usable from any
+// thread under MPI_THREAD_MULTIPLE; it is only touched under the `sending` lock.
+unsafe impl Send for Sending {}
 
 static MPI: OnceLock<Result<Mpi, MpiError>> = OnceLock::new();
 
@@ -90,6 +101,7 @@ impl Mpi {
             s,
             rank: rank.max(0) as usize,
             size: size.max(1) as usize,
+            sending: Mutex::new(Vec::new()),
         })
     }
 
@@ -189,6 +201,87 @@ impl Mpi {
         Ok(all)
     }
 
+    /// Sends `data` to rank `to` without waiting for it to be received (MPI_Isend; the buffer
+    /// is kept until MPI is done with it). Messages from one rank to another with the same
+    /// `tag` arrive in the order they were sent.
+    pub fn send_f32(&self, data: Vec<f32>, to: usize, tag: i32) -> Result<(), MpiError> {
+        let n = count("a message", data.len())?;
+        let mut sending = self.sending.lock().unwrap_or_else(|e| e.into_inner());
+        self.reap(&mut sending)?;
+        let mut request: Handle = std::ptr::null_mut();
+        // SAFETY: `data`'s heap buffer stays where it is, owned by `sending`, until MPI_Test or
+        // MPI_Wait says the send is complete.
+        check("MPI_Isend", unsafe {
+            (self.s.isend)(
+                data.as_ptr().cast(),
+                n,
+                self.s.float,
+                to as c_int,
+                tag,
+                self.s.world,
+                &mut request,
+            )
+        })?;
+        sending.push(Sending {
+            request,
+            _data: data,
+        });
+        Ok(())
+    }
+
+    /// The next message from rank `from` with `tag`, waiting for it.
+    pub fn recv_f32(&self, from: usize, tag: i32) -> Result<Vec<f32>, MpiError> {
+        let mut status = Status::default();
+        // SAFETY: valid out-pointers; the buffer is sized from the probed message.
+        check("MPI_Probe", unsafe {
+            (self.s.probe)(from as c_int, tag, self.s.world, &mut status)
+        })?;
+        let mut n: c_int = 0;
+        check("MPI_Get_count", unsafe {
+            (self.s.get_count)(&status, self.s.float, &mut n)
+        })?;
+        let mut data = vec![0f32; n.max(0) as usize];
+        check("MPI_Recv", unsafe {
+            (self.s.recv)(
+                data.as_mut_ptr().cast(),
+                n.max(0),
+                self.s.float,
+                from as c_int,
+                tag,
+                self.s.world,
+                &mut status,
+            )
+        })?;
+        Ok(data)
+    }
+
+    /// Drops the sends MPI has completed.
+    fn reap(&self, sending: &mut Vec<Sending>) -> Result<(), MpiError> {
+        let mut result = Ok(());
+        sending.retain_mut(|s| {
+            let mut done: c_int = 0;
+            // SAFETY: a live request from MPI_Isend; MPI_STATUS_IGNORE is a null pointer.
+            let code = unsafe { (self.s.test)(&mut s.request, &mut done, std::ptr::null_mut()) };
+            if code != 0 {
+                result = check("MPI_Test", code);
+            }
+            done == 0
+        });
+        result
+    }
+
+    /// Waits for every send in flight (before finalizing).
+    fn wait_sends(&self) -> Result<(), MpiError> {
+        let mut sending = self.sending.lock().unwrap_or_else(|e| e.into_inner());
+        for mut s in sending.drain(..) {
+            // SAFETY: a live request from MPI_Isend.
+            check("MPI_Wait", unsafe {
+                (self.s.wait)(&mut s.request, std::ptr::null_mut())
+            })?;
+        }
+        Ok(())
+    }
+
     /// Returns once every rank has called it.
     pub fn barrier(&self) -> Result<(), MpiError> {
         // SAFETY: MPI is initialised.
@@ -205,6 +298,7 @@ impl Mpi {
 
     /// Shuts MPI down; every rank calls it once, after its last collective.
     pub fn finalize(&self) -> Result<(), MpiError> {
+        self.wait_sends()?;
         // SAFETY: MPI is initialised, and no other call follows on this process.
         check("MPI_Finalize", unsafe { (self.s.finalize)() })
     }

@@ -6,7 +6,19 @@ use std::ffi::{c_char, c_int, c_void};
 
 use crate::{MpiError, c_string};
 
-type Handle = *mut c_void;
+pub(crate) type Handle = *mut c_void;
+
+/// Open MPI's `MPI_Status` (`struct ompi_status_public_t`): the standard's three fields, then
+/// two of its own.
+#[repr(C)]
+#[derive(Default)]
+pub(crate) struct Status {
+    pub source: c_int,
+    pub tag: c_int,
+    pub error: c_int,
+    cancelled: c_int,
+    ucount: usize,
+}
 
 type InitThread =
     unsafe extern "C" fn(*mut c_int, *mut *mut *mut c_char, c_int, *mut c_int) -> c_int;
@@ -36,6 +48,14 @@ type Gatherv = unsafe extern "C" fn(
     Handle,
 ) -> c_int;
 type Barrier = unsafe extern "C" fn(Handle) -> c_int;
+type Isend =
+    unsafe extern "C" fn(*const c_void, c_int, Handle, c_int, c_int, Handle, *mut Handle) -> c_int;
+type Test = unsafe extern "C" fn(*mut Handle, *mut c_int, *mut Status) -> c_int;
+type Wait = unsafe extern "C" fn(*mut Handle, *mut Status) -> c_int;
+type Probe = unsafe extern "C" fn(c_int, c_int, Handle, *mut Status) -> c_int;
+type GetCount = unsafe extern "C" fn(*const Status, Handle, *mut c_int) -> c_int;
+type Recv =
+    unsafe extern "C" fn(*mut c_void, c_int, Handle, c_int, c_int, Handle, *mut Status) -> c_int;
 type Abort = unsafe extern "C" fn(Handle, c_int) -> c_int;
 type Finalize = unsafe extern "C" fn() -> c_int;
 
@@ -48,6 +68,12 @@ pub(crate) struct Symbols {
     pub allgatherv: Allgatherv,
     pub gatherv: Gatherv,
     pub barrier: Barrier,
+    pub isend: Isend,
+    pub test: Test,
+    pub wait: Wait,
+    pub probe: Probe,
+    pub get_count: GetCount,
+    pub recv: Recv,
     pub abort: Abort,
     pub finalize: Finalize,
     pub world: Handle,
@@ -97,6 +123,12 @@ impl Symbols {
                 allgatherv: std::mem::transmute::<*mut c_void, Allgatherv>(sym("MPI_Allgatherv")?),
                 gatherv: std::mem::transmute::<*mut c_void, Gatherv>(sym("MPI_Gatherv")?),
                 barrier: std::mem::transmute::<*mut c_void, Barrier>(sym("MPI_Barrier")?),
+                isend: std::mem::transmute::<*mut c_void, Isend>(sym("MPI_Isend")?),
+                test: std::mem::transmute::<*mut c_void, Test>(sym("MPI_Test")?),
+                wait: std::mem::transmute::<*mut c_void, Wait>(sym("MPI_Wait")?),
+                probe: std::mem::transmute::<*mut c_void, Probe>(sym("MPI_Probe")?),
+                get_count: std::mem::transmute::<*mut c_void, GetCount>(sym("MPI_Get_count")?),
+                recv: std::mem::transmute::<*mut c_void, Recv>(sym("MPI_Recv")?),
                 abort: std::mem::transmute::<*mut c_void, Abort>(sym("MPI_Abort")?),
                 finalize: std::mem::transmute::<*mut c_void, Finalize>(sym("MPI_Finalize")?),
                 world: sym("ompi_mpi_comm_world")?,

@@ -98,11 +98,12 @@ pub struct EngineArgs {
     /// KV heads, running its kernels on a pool of its own; two all-reduces per layer.
     #[arg(long, env = "PAGODA_TENSOR_PARALLEL_SIZE", default_value_t = 1)]
     pub tensor_parallel_size: usize,
-    /// What the tensor-parallel ranks are (vLLM's flag): `threads` of this process, or `mpi`,
+    /// What the ranks of a split model are (vLLM's flag): `threads` of this process, or `mpi`,
     /// the processes of an Open MPI job (`mpirun -np N pagoda serve ... --tensor-parallel-size
-    /// N --distributed-executor-backend mpi`, one per NUMA node or machine, the model file at
-    /// the same path on each): rank 0 serves, the others hold their shards and follow its
-    /// steps. Needs Open MPI's library (Debian: openmpi-bin) at run time only.
+    /// N (or --pipeline-parallel-size N) --distributed-executor-backend mpi`, one per NUMA node
+    /// or machine, the model file at the same path on each): rank 0 serves, the others hold
+    /// their shards or stages and follow its steps. Needs Open MPI's library (Debian:
+    /// openmpi-bin) at run time only.
     #[arg(long, env = "PAGODA_DISTRIBUTED_EXECUTOR_BACKEND", default_value = "threads", value_parser = ["threads", "mpi"])]
     pub distributed_executor_backend: String,
     /// Stages the model's layers are cut into (pipeline parallelism, vLLM's flag): each stage
@@ -211,12 +212,13 @@ impl EngineArgs {
             kv_disk: None,     // `pagoda serve --kv-disk-dir` sets it
             kv_transfer: None, // `pagoda serve --kv-role` sets it
             tensor_parallel: pagoda_model::TensorParallelConfig {
-                mpi,
+                mpi: mpi.filter(|_| tp > 1),
                 ..pagoda_model::TensorParallelConfig::new(self.tensor_parallel_size)
             },
             threads_per_rank: (tp * pp > 1).then_some(self.threads).flatten(),
             pipeline_parallel: pagoda_model::PipelineParallelConfig {
                 micro_batches: self.pipeline_micro_batches,
+                mpi: mpi.filter(|_| pp > 1),
                 ..pagoda_model::PipelineParallelConfig::new(self.pipeline_parallel_size)
             },
             slo: self.slo.as_deref().map(slo_targets).transpose()?,
@@ -231,16 +233,17 @@ impl EngineArgs {
         if self.distributed_executor_backend != "mpi" {
             return Ok(None);
         }
-        let tp = self.tensor_parallel_size;
-        if tp < 2 || self.pipeline_parallel_size > 1 {
+        let (tp, pp) = (self.tensor_parallel_size, self.pipeline_parallel_size);
+        let ranks = tp * pp;
+        if ranks < 2 || (tp > 1 && pp > 1) {
             bail!(
-                "--distributed-executor-backend mpi splits a model by tensor parallelism: give --tensor-parallel-size N (at least 2, as many as mpirun's processes) and no --pipeline-parallel-size"
+                "--distributed-executor-backend mpi splits a model over mpirun's processes: give --tensor-parallel-size N or --pipeline-parallel-size N (at least 2, as many as the processes)"
             );
         }
         let mpi = pagoda_mpi::Mpi::init().context("--distributed-executor-backend mpi")?;
-        if mpi.size() != tp {
+        if mpi.size() != ranks {
             bail!(
-                "--tensor-parallel-size {tp} with --distributed-executor-backend mpi needs as many processes: mpirun started {} (mpirun -np {tp} ...)",
+                "{ranks} ranks with --distributed-executor-backend mpi need as many processes: mpirun started {} (mpirun -np {ranks} ...)",
                 mpi.size()
             );
         }

@@ -1,6 +1,7 @@
-//! Tensor parallelism across processes (`--distributed-executor-backend mpi` under Open MPI's
-//! `mpirun`), on a tiny random llama (4 heads, 2 KV heads, Q8_0): two ranks as processes give the
-//! bits two ranks as threads give (the same all-reduce order), a wrong setup is a one-line
+//! Split models across processes (`--distributed-executor-backend mpi` under Open MPI's
+//! `mpirun`), on a tiny random llama (4 heads, 2 KV heads, 2 layers, Q8_0): two ranks as
+//! processes give the bits two ranks as threads give (the same all-reduce order), for tensor
+//! parallelism and for a pipeline, a wrong setup is a one-line
 //! error, and a rank killed mid-request ends the whole job instead of leaving it hanging.
 //! Needs `mpirun` (scripts/test.sh installs Debian's openmpi-bin).
 #![allow(clippy::unwrap_used)]
@@ -59,7 +60,9 @@ fn run(mut cmd: Command, limit: Duration) -> Output {
     child.wait_with_output().unwrap()
 }
 
-fn generate_args() -> Vec<String> {
+/// `pagoda generate` over a model split by `split` (`--tensor-parallel-size 2` or
+/// `--pipeline-parallel-size 2`).
+fn generate_args(split: &str) -> Vec<String> {
     let m = model();
     [
         "generate",
@@ -72,7 +75,7 @@ fn generate_args() -> Vec<String> {
         "--temperature",
         "0",
         "--ignore-eos",
-        "--tensor-parallel-size",
+        split,
         "2",
         "--format",
         "json",
@@ -90,22 +93,34 @@ fn json_of(out: &Output) -> Value {
     serde_json::from_str(stdout.lines().last().unwrap()).unwrap()
 }
 
-#[test]
-fn two_mpi_ranks_give_the_bits_of_two_thread_ranks() {
+/// Two ranks as MPI processes against two as threads of one process: the same tokens and
+/// top logprobs to the bit.
+fn processes_match_threads(split: &str) {
     let mut threads = Command::new(pagoda());
     threads
-        .args(generate_args())
+        .args(generate_args(split))
         .env("PAGODA_NO_PACK_CACHE", "1");
     let threads = json_of(&run(threads, Duration::from_secs(60)));
     let mut mpi = mpirun(2);
     mpi.arg(pagoda())
-        .args(generate_args())
+        .args(generate_args(split))
         .args(["--distributed-executor-backend", "mpi"]);
     let mpi = json_of(&run(mpi, Duration::from_secs(120)));
     assert_eq!(mpi["token_ids"].as_array().unwrap().len(), 24);
     for key in ["token_ids", "top_logprobs", "text"] {
-        assert_eq!(mpi[key], threads[key], "{key}");
+        assert_eq!(mpi[key], threads[key], "{split}: {key}");
     }
+}
+
+#[test]
+fn two_mpi_ranks_give_the_bits_of_two_thread_ranks() {
+    processes_match_threads("--tensor-parallel-size");
+}
+
+/// Two pipeline stages of one layer each, handing the residual stream over MPI.
+#[test]
+fn two_mpi_stages_give_the_bits_of_two_thread_stages() {
+    processes_match_threads("--pipeline-parallel-size");
 }
 
 #[test]
@@ -148,7 +163,10 @@ fn wrong_mpi_setups_are_one_line_errors() {
     // MPI without tensor parallelism.
     let mut c = Command::new(pagoda());
     c.args(base).args(["--distributed-executor-backend", "mpi"]);
-    failed(run(c, Duration::from_secs(30)), "--tensor-parallel-size N");
+    failed(
+        run(c, Duration::from_secs(30)),
+        "--tensor-parallel-size N or --pipeline-parallel-size N",
+    );
 }
 
 /// `mpirun`'s rank-`rank` child.

@@ -11,7 +11,7 @@ use crate::lora::{LoraAdapter, LoraShards};
 use crate::models::{ForwardScratch, Model};
 use crate::pipeline_parallel::{Mailboxes, PipelineParallelConfig, PipelineRoles};
 use crate::tensor_parallel::kv_blocks::BlockSections;
-use crate::tensor_parallel::mpi_ranks;
+use crate::tensor_parallel::mpi_ranks::{self, Split};
 use crate::tensor_parallel::rank_setup::KvShape;
 use crate::tensor_parallel::{
     RankGroup, RankLayout, RankPart, SharedMemoryCollective, TensorParallelConfig, TensorRoles,
@@ -68,13 +68,14 @@ impl CpuExecutor {
     ) -> Result<Self, ModelError> {
         let blocks = (num_blocks, block_size);
         if let Some(mpi) = tp.mpi {
-            let counters = Arc::clone(&tp.counters);
-            return Self::group(model, threads_per_rank, plan, blocks, |file, kv| {
-                let s = mpi_ranks::start(file, tp.size, &kv, counters, mpi)?;
-                let threads = kv.threads_per_rank;
-                let group = RankGroup::of_processes(&s.leader, s.ranks, s.parts, s.roles, threads);
-                Ok((s.leader, group))
-            });
+            let split = Split::Tensor(Arc::clone(&tp.counters));
+            return Self::group_of_processes(
+                model,
+                (tp.size, split, mpi),
+                threads_per_rank,
+                plan,
+                blocks,
+            );
         }
         let roles = Arc::new(TensorRoles {
             comm: Arc::new(SharedMemoryCollective::new(tp.size)),
@@ -95,14 +96,43 @@ impl CpuExecutor {
         num_blocks: usize,
         block_size: usize,
     ) -> Result<Self, ModelError> {
+        let blocks = (num_blocks, block_size);
+        if let Some(mpi) = pp.mpi {
+            let split = Split::Pipeline {
+                counters: Arc::clone(&pp.counters),
+                micro_batches: pp.micro_batches,
+            };
+            return Self::group_of_processes(
+                model,
+                (pp.size, split, mpi),
+                threads_per_rank,
+                plan,
+                blocks,
+            );
+        }
         let roles = Arc::new(PipelineRoles {
             link: Arc::new(Mailboxes::new(pp.size)),
             counters: Arc::clone(&pp.counters),
             micro_batches: pp.micro_batches,
         });
-        let blocks = (num_blocks, block_size);
         Self::group(model, threads_per_rank, plan, blocks, |file, kv| {
             RankGroup::start(file, pp.size, kv, roles)
+        })
+    }
+
+    /// Rank 0 of an MPI job of `size` processes split as `split`.
+    fn group_of_processes(
+        model: Model,
+        (size, split, mpi): (usize, Split, &'static pagoda_mpi::Mpi),
+        threads_per_rank: Option<usize>,
+        plan: KvGroupPlan,
+        blocks: (usize, usize),
+    ) -> Result<Self, ModelError> {
+        Self::group(model, threads_per_rank, plan, blocks, |file, kv| {
+            let s = mpi_ranks::start(file, size, &kv, &split, mpi)?;
+            let threads = kv.threads_per_rank;
+            let group = RankGroup::of_processes(&s.leader, s.ranks, s.parts, s.roles, threads);
+            Ok((s.leader, group))
         })
     }
 

@@ -36,8 +36,8 @@ pub enum TpError {
         align: usize,
     },
     #[error(
-        "--tensor-parallel-size {asked} with --distributed-executor-backend mpi needs as many \
-         processes: mpirun started {launched} (mpirun -np {asked} ...)"
+        "{asked} ranks with --distributed-executor-backend mpi need as many processes: \
+         mpirun started {launched} (mpirun -np {asked} ...)"
     )]
     MpiSize { asked: usize, launched: usize },
     #[error("MPI: {0}")]

@@ -1,8 +1,10 @@
-//! Ranks that are processes: `mpirun -np N pagoda serve ... --tensor-parallel-size N
-//! --distributed-executor-backend mpi` starts N copies; rank 0 serves and runs the scheduler,
-//! the others (`run_worker`) load their shard of the same file and then run each job rank 0
-//! broadcasts, meeting it in `MpiCollective` inside every step. Rank 0 decides the KV cache's
-//! shape and sends it first, so every rank's cache matches whatever memory its machine has.
+//! Ranks that are processes: `mpirun -np N pagoda serve ... --tensor-parallel-size N (or
+//! --pipeline-parallel-size N) --distributed-executor-backend mpi` starts N copies; rank 0
+//! serves and runs the scheduler, the others (`run_worker`) load their shard (or stage) of the
+//! same file and then run each job rank 0 broadcasts, meeting the others inside every step in
+//! `MpiCollective` (tensor parallelism) or `MpiLink` (a pipeline). Rank 0 decides the split and
+//! the KV cache's shape and sends them first, so every rank's cache matches whatever memory
+//! its machine has.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
@@ -21,7 +23,39 @@ use super::{TpCounters, TpError, affinity};
 use crate::kv::cache::KvCache;
 use crate::kv::groups::KvGroupPlan;
 use crate::models::Model;
+use crate::pipeline_parallel::{MpiLink, PipelineRoles, PpCounters};
 use crate::{KvCacheDtype, ModelError};
+
+/// How the job's ranks split the model.
+pub(crate) enum Split {
+    /// Tensor parallelism: heads, FFN columns and vocabulary rows.
+    Tensor(Arc<TpCounters>),
+    /// A pipeline: runs of layers, a step cut into `micro_batches` (`None`: the rule).
+    Pipeline {
+        counters: Arc<PpCounters>,
+        micro_batches: Option<usize>,
+    },
+}
+
+impl Split {
+    /// The roles of the job's ranks, meeting over MPI.
+    fn roles(&self, mpi: &'static Mpi) -> Arc<dyn RankRole> {
+        match self {
+            Self::Tensor(counters) => Arc::new(TensorRoles {
+                comm: Arc::new(MpiCollective::new(mpi)),
+                counters: Arc::clone(counters),
+            }),
+            Self::Pipeline {
+                counters,
+                micro_batches,
+            } => Arc::new(PipelineRoles {
+                link: Arc::new(MpiLink::new(mpi)),
+                counters: Arc::clone(counters),
+                micro_batches: *micro_batches,
+            }),
+        }
+    }
+}
 
 /// Whether rank 0 has started the job's ranks (they serve one model, once).
 static STARTED: AtomicBool = AtomicBool::new(false);
@@ -47,7 +81,7 @@ pub(crate) fn start(
     file: Arc<GgufFile>,
     size: usize,
     kv: &KvShape,
-    counters: Arc<TpCounters>,
+    split: &Split,
     mpi: &'static Mpi,
 ) -> Result<Started, ModelError> {
     // The job's ranks load once: after the group stops (the model unloaded), they are gone.
@@ -65,12 +99,9 @@ pub(crate) fn start(
         }
         .into());
     }
-    let mut setup = encode_setup(kv, size);
+    let mut setup = encode_setup(kv, split, size);
     mpi.broadcast(&mut setup, 0).map_err(mpi_failed)?;
-    let roles = Arc::new(TensorRoles {
-        comm: Arc::new(MpiCollective::new(mpi)),
-        counters,
-    });
+    let roles = split.roles(mpi);
     let leader = roles.load(file, 0)?;
     let gathered = mpi
         .gather_bytes(&[], 0)
@@ -216,7 +247,7 @@ fn load_worker(
     setup: &[u8],
     mpi: &'static Mpi,
 ) -> Result<(RankState, RankPart, Option<usize>), ModelError> {
-    let (kv, size) = decode_setup(setup).map_err(|e| mpi_failed(e.to_string()))?;
+    let (kv, split, size) = decode_setup(setup).map_err(|e| mpi_failed(e.to_string()))?;
     if size != mpi.size() {
         return Err(TpError::MpiSize {
             asked: size,
@@ -225,11 +256,7 @@ fn load_worker(
         .into());
     }
     let file = Arc::new(GgufFile::open(path)?);
-    let roles = TensorRoles {
-        comm: Arc::new(MpiCollective::new(mpi)),
-        counters: Arc::default(),
-    };
-    let mut model = roles.load(file, mpi.rank())?;
+    let mut model = split.roles(mpi).load(file, mpi.rank())?;
     model.set_kv_cache_dtype(kv.dtype);
     let plan = if kv.grouped {
         KvGroupPlan::by_attention(model.full_config())
@@ -259,8 +286,22 @@ struct WorkerKv {
     threads: Option<usize>,
 }
 
-fn encode_setup(kv: &KvShape, size: usize) -> Vec<u8> {
+/// `Split` in a setup frame: its kind, and a pipeline's micro-batches (0: the rule).
+const TENSOR: u8 = 0;
+const PIPELINE: u8 = 1;
+
+fn encode_setup(kv: &KvShape, split: &Split, size: usize) -> Vec<u8> {
     let mut w = Writer(Vec::new());
+    match split {
+        Split::Tensor(_) => {
+            w.u8(TENSOR);
+            w.u64(0);
+        }
+        Split::Pipeline { micro_batches, .. } => {
+            w.u8(PIPELINE);
+            w.u64(micro_batches.unwrap_or(0) as u64);
+        }
+    }
     w.bytes(kv.dtype.name().as_bytes());
     w.u8(u8::from(kv.plan.num_groups() > 1));
     for v in [
@@ -274,8 +315,9 @@ fn encode_setup(kv: &KvShape, size: usize) -> Vec<u8> {
     w.0
 }
 
-fn decode_setup(bytes: &[u8]) -> Result<(WorkerKv, usize), FrameError> {
+fn decode_setup(bytes: &[u8]) -> Result<(WorkerKv, Split, usize), FrameError> {
     let mut r = Reader(bytes);
+    let (kind, micro_batches) = (r.u8()?, r.usize()?);
     let dtype = std::str::from_utf8(r.bytes()?)
         .ok()
         .and_then(|s| s.parse().ok())
@@ -290,7 +332,15 @@ fn decode_setup(bytes: &[u8]) -> Result<(WorkerKv, usize), FrameError> {
         block_size,
         threads: (threads > 0).then_some(threads),
     };
-    Ok((kv, size))
+    let split = match kind {
+        TENSOR => Split::Tensor(Arc::default()),
+        PIPELINE => Split::Pipeline {
+            counters: Arc::new(PpCounters::new(size)),
+            micro_batches: (micro_batches > 0).then_some(micro_batches),
+        },
+        _ => return Err(FrameError("split kind")),
+    };
+    Ok((kv, split, size))
 }
 
 fn encode_part(p: &RankPart) -> Vec<u8> {
@@ -342,18 +392,28 @@ mod tests {
             block_size: 16,
             threads_per_rank: Some(3),
         };
-        let (w, size) = decode_setup(&encode_setup(&kv, 2)).unwrap();
-        assert_eq!(
-            (
-                w.dtype,
-                w.grouped,
-                w.num_blocks,
-                w.block_size,
-                w.threads,
-                size
-            ),
-            (KvCacheDtype::Int8, false, 300, 16, Some(3), 2)
+        let tensor = Split::Tensor(Arc::default());
+        let (w, split, size) = decode_setup(&encode_setup(&kv, &tensor, 2)).unwrap();
+        let got = (
+            w.dtype,
+            w.grouped,
+            w.num_blocks,
+            w.block_size,
+            w.threads,
+            size,
         );
+        assert_eq!(got, (KvCacheDtype::Int8, false, 300, 16, Some(3), 2));
+        assert!(matches!(split, Split::Tensor(_)));
+        let pipeline = Split::Pipeline {
+            counters: Arc::new(PpCounters::new(2)),
+            micro_batches: Some(4),
+        };
+        let (_, split, _) = decode_setup(&encode_setup(&kv, &pipeline, 2)).unwrap();
+        let micro_batches = match split {
+            Split::Pipeline { micro_batches, .. } => micro_batches,
+            Split::Tensor(_) => None,
+        };
+        assert_eq!(micro_batches, Some(4));
         let part = RankPart {
             rank: 1,
             cpus: vec![1],
