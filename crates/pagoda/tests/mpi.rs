@@ -95,32 +95,66 @@ fn json_of(out: &Output) -> Value {
 
 /// Two ranks as MPI processes against two as threads of one process: the same tokens and
 /// top logprobs to the bit.
-fn processes_match_threads(split: &str) {
+fn processes_match_threads(split: &str, extra: &[&str]) -> Value {
     let mut threads = Command::new(pagoda());
     threads
         .args(generate_args(split))
+        .args(extra)
         .env("PAGODA_NO_PACK_CACHE", "1");
     let threads = json_of(&run(threads, Duration::from_secs(60)));
     let mut mpi = mpirun(2);
     mpi.arg(pagoda())
         .args(generate_args(split))
+        .args(extra)
         .args(["--distributed-executor-backend", "mpi"]);
     let mpi = json_of(&run(mpi, Duration::from_secs(120)));
     assert_eq!(mpi["token_ids"].as_array().unwrap().len(), 24);
     for key in ["token_ids", "top_logprobs", "text"] {
         assert_eq!(mpi[key], threads[key], "{split}: {key}");
     }
+    mpi
 }
 
 #[test]
 fn two_mpi_ranks_give_the_bits_of_two_thread_ranks() {
-    processes_match_threads("--tensor-parallel-size");
+    processes_match_threads("--tensor-parallel-size", &[]);
+}
+
+/// A LoRA adapter on every projection: rank 0 sends its weights to rank 1 with the first step,
+/// and each rank adds its part of it, as thread ranks do.
+#[test]
+fn two_mpi_ranks_apply_a_lora_adapter_as_thread_ranks_do() {
+    use pagoda_testkit::lora_adapter::{RandomLora, gguf_adapter, projection_shapes};
+    let path = std::env::temp_dir().join(format!("pagoda-mpi-lora-{}.gguf", std::process::id()));
+    let stems = [
+        "attn_q",
+        "attn_k",
+        "attn_v",
+        "attn_output",
+        "ffn_gate",
+        "ffn_up",
+        "ffn_down",
+    ];
+    let r = RandomLora::new(4, &stems, 11);
+    let t = r.tensors(2, &projection_shapes(256, 256, 128, 512));
+    gguf_adapter("llama", r.alpha, &t, pagoda_gguf::GgmlType::F32)
+        .write_to(&path)
+        .unwrap();
+    let adapted = processes_match_threads(
+        "--tensor-parallel-size",
+        &["--lora", path.to_str().unwrap()],
+    );
+    let base = processes_match_threads("--tensor-parallel-size", &[]);
+    assert_ne!(
+        adapted["top_logprobs"], base["top_logprobs"],
+        "the adapter changed nothing"
+    );
 }
 
 /// Two pipeline stages of one layer each, handing the residual stream over MPI.
 #[test]
 fn two_mpi_stages_give_the_bits_of_two_thread_stages() {
-    processes_match_threads("--pipeline-parallel-size");
+    processes_match_threads("--pipeline-parallel-size", &[]);
 }
 
 #[test]

@@ -9,6 +9,7 @@ mod error;
 mod from_gguf;
 mod shard;
 mod step;
+pub(crate) mod wire;
 
 pub use adapter::{LoraAdapter, LoraTarget, LoraWeights};
 pub use error::LoraError;

@@ -42,11 +42,6 @@ pub enum TpError {
     MpiSize { asked: usize, launched: usize },
     #[error("MPI: {0}")]
     Mpi(String),
-    #[error(
-        "LoRA adapters are not supported with ranks in other processes \
-         (--distributed-executor-backend mpi) yet"
-    )]
-    AdaptersAcrossProcesses,
     #[error("tensor-parallel rank {rank} failed: {message}")]
     RankFailed { rank: usize, message: String },
 }

@@ -19,7 +19,7 @@ use super::layout::RankPart;
 use super::mpi_ranks::MpiRanks;
 use super::rank_setup::{KvShape, panic_message, rank_pool};
 use super::role::RankRole;
-use super::{TpError, affinity, numa};
+use super::{affinity, numa};
 use crate::ModelError;
 use crate::kv::cache::KvCache;
 use crate::lora::LoraAdapter;
@@ -218,9 +218,6 @@ impl RankGroup {
         adapters: &[Arc<LoraAdapter>],
         own: impl FnOnce(),
     ) -> Result<(), ModelError> {
-        if self.remote.is_some() && !adapters.is_empty() {
-            return Err(TpError::AdaptersAcrossProcesses.into());
-        }
         self.broadcast(Job::Step(Arc::new(batch.clone()), adapters.into()), own)
             .map(drop)
     }

@@ -4,13 +4,16 @@
 //! ranks in other processes (MPI); it is rank 0's, so a frame that does not decode is a bug or
 //! a mismatched build, reported as such.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use pagoda_kernels::parallel::RankPool;
 
+use super::frame::{FrameError, Reader, Writer};
 use super::kv_blocks::BlockSections;
 use crate::kv::cache::KvCache;
 use crate::kv::shift::shift_blocks;
+use crate::lora::wire::{decode_adapter, encode_adapter};
 use crate::lora::{LoraAdapter, LoraShards};
 use crate::models::{ForwardScratch, Model};
 use crate::runner::batch::ForwardBatch;
@@ -117,11 +120,6 @@ impl RankState {
     }
 }
 
-/// Why a frame between ranks did not decode.
-#[derive(Debug, thiserror::Error)]
-#[error("a frame between parallel ranks is malformed: {0}")]
-pub struct FrameError(pub(crate) &'static str);
-
 const STEP: u8 = 0;
 const SHIFT: u8 = 1;
 const READ: u8 = 2;
@@ -132,12 +130,12 @@ const STOP: u8 = 5;
 const NO_ADAPTER: u32 = u32::MAX;
 
 impl Job {
-    /// The job's bytes. A step's adapters are not sent: ranks in other processes refuse
-    /// adapters before a step gets here.
-    pub(crate) fn encode(&self) -> Vec<u8> {
+    /// The job's bytes. A step's adapters go by digest, with their weights only where
+    /// `held(digest)` says the other ranks do not hold them yet (it records that they will).
+    pub(crate) fn encode(&self, held: &mut dyn FnMut(u64) -> bool) -> Vec<u8> {
         let mut w = Writer(Vec::new());
         match self {
-            Self::Step(b, _) => {
+            Self::Step(b, adapters) => {
                 w.u8(STEP);
                 for v in [
                     &b.token_ids,
@@ -158,6 +156,16 @@ impl Job {
                     .map(|l| l.unwrap_or(NO_ADAPTER))
                     .collect();
                 w.u32s(&loras);
+                w.u64(adapters.len() as u64);
+                for a in adapters.iter() {
+                    if held(a.digest()) {
+                        w.u8(0);
+                        w.u64(a.digest());
+                    } else {
+                        w.u8(1);
+                        encode_adapter(a, &mut w);
+                    }
+                }
             }
             Self::Shift(copies, delta) => {
                 w.u8(SHIFT);
@@ -183,7 +191,12 @@ impl Job {
         w.0
     }
 
-    pub(crate) fn decode(bytes: &[u8]) -> Result<Self, FrameError> {
+    /// The job of `bytes`; a step's adapters come from `adapters` (by digest) or the frame
+    /// itself (then kept there for the next steps).
+    pub(crate) fn decode(
+        bytes: &[u8],
+        adapters: &mut HashMap<u64, Arc<LoraAdapter>>,
+    ) -> Result<Self, FrameError> {
         let mut r = Reader(bytes);
         let job = match r.u8()? {
             STEP => {
@@ -210,7 +223,23 @@ impl Job {
                     logits_indices,
                     seq_loras,
                 };
-                Self::Step(Arc::new(batch), Arc::new([]))
+                let n = r.usize()?;
+                let mut used = Vec::with_capacity(n.min(r.0.len()));
+                for _ in 0..n {
+                    let a = if r.u8()? == 0 {
+                        let digest = r.u64()?;
+                        adapters
+                            .get(&digest)
+                            .cloned()
+                            .ok_or(FrameError("an adapter rank 0 never sent"))?
+                    } else {
+                        let a = Arc::new(decode_adapter(&mut r)?);
+                        adapters.insert(a.digest(), Arc::clone(&a));
+                        a
+                    };
+                    used.push(a);
+                }
+                Self::Step(Arc::new(batch), used.into())
             }
             SHIFT => {
                 let flat = r.u32s()?;
@@ -274,88 +303,13 @@ pub(crate) fn decode_reply(bytes: &[u8]) -> Result<Reply, FrameError> {
     Ok(reply)
 }
 
-/// Little-endian fields, each vector after its length.
-pub(crate) struct Writer(pub(crate) Vec<u8>);
-
-impl Writer {
-    pub(crate) fn u8(&mut self, v: u8) {
-        self.0.push(v);
-    }
-
-    pub(crate) fn u64(&mut self, v: u64) {
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
-
-    pub(crate) fn u32s(&mut self, v: &[u32]) {
-        self.u64(v.len() as u64);
-        for x in v {
-            self.0.extend_from_slice(&x.to_le_bytes());
-        }
-    }
-
-    pub(crate) fn bytes(&mut self, v: &[u8]) {
-        self.u64(v.len() as u64);
-        self.0.extend_from_slice(v);
-    }
-}
-
-/// Reads what `Writer` wrote; every length is checked against the bytes left.
-pub(crate) struct Reader<'a>(pub(crate) &'a [u8]);
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], FrameError> {
-        if n > self.0.len() {
-            return Err(FrameError("truncated"));
-        }
-        let (head, rest) = self.0.split_at(n);
-        self.0 = rest;
-        Ok(head)
-    }
-
-    pub(crate) fn u8(&mut self) -> Result<u8, FrameError> {
-        Ok(self.take(1)?[0])
-    }
-
-    pub(crate) fn u64(&mut self) -> Result<u64, FrameError> {
-        let b = self.take(8)?;
-        Ok(u64::from_le_bytes(
-            b.try_into().map_err(|_| FrameError("truncated"))?,
-        ))
-    }
-
-    pub(crate) fn usize(&mut self) -> Result<usize, FrameError> {
-        usize::try_from(self.u64()?).map_err(|_| FrameError("length"))
-    }
-
-    pub(crate) fn u32s(&mut self) -> Result<Vec<u32>, FrameError> {
-        let n = self.usize()?;
-        let b = self.take(n.checked_mul(4).ok_or(FrameError("length"))?)?;
-        Ok(b.chunks_exact(4)
-            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect())
-    }
-
-    pub(crate) fn bytes(&mut self) -> Result<&'a [u8], FrameError> {
-        let n = self.usize()?;
-        self.take(n)
-    }
-
-    pub(crate) fn end(&self) -> Result<(), FrameError> {
-        if self.0.is_empty() {
-            Ok(())
-        } else {
-            Err(FrameError("trailing bytes"))
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
     fn round_trip(job: &Job) -> Job {
-        Job::decode(&job.encode()).unwrap()
+        Job::decode(&job.encode(&mut |_| false), &mut HashMap::new()).unwrap()
     }
 
     #[test]
@@ -397,17 +351,18 @@ mod tests {
 
     #[test]
     fn malformed_frames_are_errors_not_panics() {
-        let good = Job::ReadBlocks(vec![1, 2, 3].into()).encode();
+        let good = Job::ReadBlocks(vec![1, 2, 3].into()).encode(&mut |_| false);
+        let decode = |b: &[u8]| Job::decode(b, &mut HashMap::new());
         for cut in 0..good.len() {
-            assert!(Job::decode(&good[..cut]).is_err(), "cut at {cut}");
+            assert!(decode(&good[..cut]).is_err(), "cut at {cut}");
         }
         let mut huge = vec![READ];
         huge.extend_from_slice(&u64::MAX.to_le_bytes());
-        assert!(Job::decode(&huge).is_err());
-        assert!(Job::decode(&[77]).is_err());
+        assert!(decode(&huge).is_err());
+        assert!(decode(&[77]).is_err());
         assert!(decode_reply(&[0, 1]).is_err());
         let mut trailing = good.clone();
         trailing.push(0);
-        assert!(Job::decode(&trailing).is_err());
+        assert!(decode(&trailing).is_err());
     }
 }

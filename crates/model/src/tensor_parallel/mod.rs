@@ -7,6 +7,7 @@
 pub mod affinity;
 pub mod collective;
 pub mod error;
+pub(crate) mod frame;
 pub mod group;
 pub(crate) mod job;
 pub(crate) mod kv_blocks;

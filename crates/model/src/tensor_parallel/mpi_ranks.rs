@@ -6,15 +6,17 @@
 //! the KV cache's shape and sends them first, so every rank's cache matches whatever memory
 //! its machine has.
 
+use std::collections::{HashMap, HashSet};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use pagoda_gguf::GgufFile;
 use pagoda_mpi::Mpi;
 
-use super::job::{FrameError, Job, RankState, Reader, Reply, Writer, decode_reply, encode_reply};
+use super::frame::{FrameError, Reader, Writer};
+use super::job::{Job, RankState, Reply, decode_reply, encode_reply};
 use super::layout::RankPart;
 use super::mpi_collective::MpiCollective;
 use super::rank_setup::{KvShape, panic_message, rank_pool};
@@ -64,6 +66,8 @@ static STARTED: AtomicBool = AtomicBool::new(false);
 pub(crate) struct MpiRanks {
     mpi: &'static Mpi,
     stopped: AtomicBool,
+    /// Digests of the LoRA adapters the other ranks hold.
+    held: Mutex<HashSet<u64>>,
 }
 
 /// Rank 0 of an MPI job, started: its own part, its handle on the others, their parts (rank
@@ -121,6 +125,7 @@ pub(crate) fn start(
     let ranks = MpiRanks {
         mpi,
         stopped: AtomicBool::new(false),
+        held: Mutex::new(HashSet::new()),
     };
     Ok(Started {
         leader,
@@ -142,7 +147,10 @@ impl MpiRanks {
         if self.stopped.load(Ordering::Acquire) {
             return Err((0, "the parallel group has stopped".into()));
         }
-        let mut frame = job.encode();
+        let mut frame = {
+            let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+            job.encode(&mut |digest| !held.insert(digest))
+        };
         self.mpi
             .broadcast(&mut frame, 0)
             .map_err(|e| (0, e.to_string()))?;
@@ -168,7 +176,9 @@ impl MpiRanks {
 
     /// Test hook: every other rank panics in its next job (which ends the job).
     pub(crate) fn poison(&self, _rank: usize) {
-        let _ = self.mpi.broadcast(&mut Job::Poison.encode(), 0);
+        let _ = self
+            .mpi
+            .broadcast(&mut Job::Poison.encode(&mut |_| true), 0);
     }
 
     /// Tells the ranks to stop and shuts MPI down on this one; after this, steps fail.
@@ -176,7 +186,7 @@ impl MpiRanks {
         if self.stopped.swap(true, Ordering::AcqRel) {
             return;
         }
-        let _ = self.mpi.broadcast(&mut Job::Stop.encode(), 0);
+        let _ = self.mpi.broadcast(&mut Job::Stop.encode(&mut |_| true), 0);
         if let Err(e) = self.mpi.finalize() {
             tracing::warn!(error = %e, "MPI did not shut down cleanly");
         }
@@ -209,10 +219,13 @@ pub fn run_worker(path: &Path, mpi: &'static Mpi) -> Result<(), ModelError> {
     let (mut state, part, threads) = loaded?;
     tracing::info!(rank, cpus = ?part.cpus, heads = ?part.heads, kv_heads = ?part.kv_heads, "MPI rank loaded; waiting for rank 0's steps");
     let pool = rank_pool(threads, &part.cpus);
+    // The LoRA adapters rank 0 has sent, by digest (each comes once, with the first step that
+    // uses it).
+    let mut adapters = HashMap::new();
     loop {
         let mut frame = Vec::new();
         mpi.broadcast(&mut frame, 0).map_err(mpi_failed)?;
-        let job = match Job::decode(&frame) {
+        let job = match Job::decode(&frame, &mut adapters) {
             Ok(job) => job,
             Err(e) => {
                 tracing::error!(rank, error = %e, "ending the MPI job");
