@@ -124,18 +124,9 @@ fn two_mpi_ranks_give_the_bits_of_two_thread_ranks() {
 /// and each rank adds its part of it, as thread ranks do.
 #[test]
 fn two_mpi_ranks_apply_a_lora_adapter_as_thread_ranks_do() {
-    use pagoda_testkit::lora_adapter::{RandomLora, gguf_adapter, projection_shapes};
+    use pagoda_testkit::lora_adapter::{ALL_STEMS, RandomLora, gguf_adapter, projection_shapes};
     let path = std::env::temp_dir().join(format!("pagoda-mpi-lora-{}.gguf", std::process::id()));
-    let stems = [
-        "attn_q",
-        "attn_k",
-        "attn_v",
-        "attn_output",
-        "ffn_gate",
-        "ffn_up",
-        "ffn_down",
-    ];
-    let r = RandomLora::new(4, &stems, 11);
+    let r = RandomLora::new(4, &ALL_STEMS, 11);
     let t = r.tensors(2, &projection_shapes(256, 256, 128, 512));
     gguf_adapter("llama", r.alpha, &t, pagoda_gguf::GgmlType::F32)
         .write_to(&path)
