@@ -231,6 +231,27 @@ fn engine_features_with_two_ranks() {
     common::split::assert_features_ran(&stats);
 }
 
+/// Each of two ranks holds about half the weights (its heads, FFN columns and vocabulary rows;
+/// only the norms are held by both).
+#[test]
+fn each_rank_holds_about_half_the_weights() {
+    let one = common::tiny(&llama()).weight_bytes();
+    let (core, _) = build_engine(common::tiny(&llama()), &setup(2)).unwrap();
+    let layout = core.executor().executor().layout();
+    assert_eq!(
+        (layout.tensor_parallel_size, layout.pipeline_parallel_size),
+        (2, 1)
+    );
+    for r in &layout.ranks {
+        let share = r.weight_bytes as f64 / one as f64;
+        assert!(
+            (0.45..0.55).contains(&share),
+            "rank {} holds {share:.3} of the weights",
+            r.rank
+        );
+    }
+}
+
 fn start_error(spec: &TinyModel, ranks: usize) -> ModelError {
     match build_engine(common::tiny(spec), &setup(ranks)) {
         Ok(_) => panic!("{ranks} ranks should be refused"),
