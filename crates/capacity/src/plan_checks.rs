@@ -6,7 +6,7 @@ use crate::plan_search::Ctx;
 use crate::plan_types::{DEFAULTS, PlanError, Replicas, Resource, Settings};
 use crate::simulate::{SimOutcome, percentile};
 use crate::slo::Slo;
-use crate::step_cost::{StepCost, StepParts};
+use crate::step_cost::{Pairs, StepCost, StepParts};
 use crate::workload::{Length, Workload};
 
 /// Memory bandwidth when streaming weights and cached K/V take more of the time than the
@@ -57,14 +57,15 @@ pub(crate) fn check_attainable(
     let mut done = cached.min(prompt.saturating_sub(1));
     while done < prompt {
         let n = chunk.min(prompt - done);
-        add(
-            &mut prefill,
-            cost.parts(n, crate::step_cost::prefill_pairs(done, n), 1),
-        );
+        add(&mut prefill, cost.parts(n, Pairs::of_row(done, n), 1));
         done += n;
     }
     let ttft_ms = prefill.total() * 1e3;
-    let decode = cost.parts(1, (prompt + output / 2) as f64, 1);
+    let decode = cost.parts(
+        1,
+        Pairs::of_row((prompt + output / 2).saturating_sub(1), 1),
+        1,
+    );
     let tpot_ms = decode.total() * 1e3;
     reasoning.push(format!(
         "one request alone: prefill of {} uncached tokens {ttft_ms:.0} ms, decode {tpot_ms:.1} \

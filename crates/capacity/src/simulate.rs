@@ -6,7 +6,7 @@
 //! give the same numbers.
 
 use crate::slo::{Slo, load_meets};
-use crate::step_cost::{StepCost, StepParts, prefill_pairs};
+use crate::step_cost::{Pairs, StepCost, StepParts};
 use crate::workload::SimRequest;
 
 /// The scheduler settings simulated (the `pagoda serve` flags of the same names).
@@ -225,10 +225,10 @@ pub fn simulate(
             break;
         }
         let tokens: usize = scheduled.iter().map(|&(_, n)| n).sum();
-        let attended: f64 = scheduled
+        let attended = scheduled
             .iter()
-            .map(|&(j, n)| prefill_pairs(running[j].num_computed_tokens, n))
-            .sum();
+            .map(|&(j, n)| Pairs::of_row(running[j].num_computed_tokens, n))
+            .fold(Pairs::default(), Pairs::plus);
         let sampled = scheduled
             .iter()
             .filter(|&&(j, n)| running[j].num_computed_tokens + n == running[j].num_tokens)

@@ -224,6 +224,51 @@ fn n_sequences_share_the_prompt_blocks() {
 }
 
 #[test]
+fn requests_arriving_together_compute_a_shared_prefix_once() {
+    // Four requests arrive in one step with a 24-token (6-block) system prompt and their own
+    // 3-token questions; prompts are chunked 8 tokens at a time, so the prefix takes 3 steps.
+    let mut core = engine(64, 4, sched(64, 8), true);
+    let prefix: Vec<u32> = (100..124).collect();
+    let prompts: Vec<Vec<u32>> = (0..4u32)
+        .map(|i| {
+            let mut p = prefix.clone();
+            p.extend([300 + 3 * i, 301 + 3 * i, 302 + 3 * i]);
+            p
+        })
+        .collect();
+    for (i, p) in prompts.iter().enumerate() {
+        core.add_request(request(i as u64, p.clone(), 1)).unwrap();
+    }
+    let out = run_to_end(&mut core);
+    let steps = &core.executor().steps;
+    // The first computes the prefix while the others wait for it (not 4 x 24 tokens), then
+    // all four compute their questions beside each other from the cached prefix.
+    let per_step: Vec<Vec<(usize, usize)>> = steps
+        .iter()
+        .map(|s| {
+            s.scheduled
+                .iter()
+                .map(|x| (x.num_computed_tokens, x.num_scheduled_tokens))
+                .collect()
+        })
+        .collect();
+    assert_eq!(
+        per_step,
+        vec![
+            vec![(0, 8)],
+            vec![(8, 8)],
+            vec![(16, 8)],
+            vec![(24, 3), (24, 3), (24, 3), (24, 3)],
+        ]
+    );
+    let stats = core.stats();
+    assert_eq!(stats.prefix_hit_tokens, 3 * 24);
+    for (i, p) in prompts.iter().enumerate() {
+        assert_eq!(out[&(i as u64)], expected(p, 1));
+    }
+}
+
+#[test]
 fn abort_frees_blocks_and_reports() {
     let mut core = engine(16, 4, sched(64, 0), true);
     core.add_request(request(1, (0..10).collect(), 100))

@@ -91,8 +91,16 @@ pub fn measure(
     let num_blocks = (ARENA_BYTES / (bytes_per_token * BLOCK_SIZE as u64)).max(8) as usize;
     let mut exec = CpuExecutor::new(model, num_blocks, BLOCK_SIZE)
         .map_err(|e| anyhow::anyhow!("cannot build the executor: {e}"))?;
-    // A warm-up: the first pass pages in weights and grows scratch buffers.
+    // A warm-up: the first pass pages in weights and grows scratch buffers. The largest chunk
+    // and decode batch get one too: timed cold (buffers grown inside the timed pass), a 1.5B
+    // model's 256- and 512-token chunks read 5% and 9% slower and its 16-sequence decode 22%
+    // slower (docs/capacity.md, "Predictions against sweeps").
     time_batch(&mut exec, &[(16, 0)])?;
+    let largest = PREFILL.iter().map(|&(n, _)| n).max().unwrap_or(1);
+    time_batch(&mut exec, &[(largest, 0)])?;
+    let seqs = DECODE_SEQS.iter().copied().max().unwrap_or(1);
+    let context = DECODE_CONTEXTS.iter().copied().max().unwrap_or(0);
+    time_batch(&mut exec, &vec![(1, context); seqs])?;
     let mut prefill = Vec::new();
     for &(tokens, context) in PREFILL {
         let secs = time_batch(&mut exec, &[(tokens, context)])?;
