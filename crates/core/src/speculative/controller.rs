@@ -10,6 +10,7 @@ use std::collections::BinaryHeap;
 
 use super::config::{NumSpecTokens, SpecConfig, SpecMethod};
 use super::cost_model::StepCostModel;
+use crate::executor::DraftWork;
 use crate::request::SeqId;
 
 /// A decoding sequence that may speculate this step.
@@ -209,15 +210,16 @@ impl SpecController {
         }
     }
 
-    /// A step of `tokens` computed tokens took `secs` seconds, of which `draft` were
-    /// `(forwards, sequences, seconds)` of draft-model work.
-    pub fn observe_step(&mut self, tokens: usize, secs: f64, draft: Option<(usize, usize, f64)>) {
+    /// A step of `tokens` computed tokens took `secs` seconds, of which `draft` was
+    /// draft-model work. Only the draft's forwards in step with the target teach its curve: a
+    /// catch-up over a sequence's earlier tokens is paid once, not per proposal.
+    pub fn observe_step(&mut self, tokens: usize, secs: f64, draft: Option<DraftWork>) {
         let mut target_secs = secs;
-        if let Some((forwards, seqs, dsecs)) = draft
-            && forwards > 0
-        {
-            self.draft.observe(seqs, dsecs / forwards as f64);
-            target_secs -= dsecs;
+        if let Some(d) = draft {
+            if d.forwards > 0 {
+                self.draft.observe(d.seqs, d.seconds / d.forwards as f64);
+            }
+            target_secs -= d.total_seconds;
         }
         self.target.observe(tokens, target_secs);
     }
