@@ -1,14 +1,16 @@
 """Tabulates docs/bench/speculative.sh's results in /tmp/spec: per configuration and prompt,
 decode tok/s (1000 / mean TPOT) of each round, acceptance and mean acceptance length, and the
-ratio to pagoda's plain decode of the same prompt (median over rounds)."""
+ratio to pagoda's plain decode of the same prompt (median over rounds). Usage:
+python3 docs/bench/speculative_table.py [DIR] (speculative.sh's OUT, default /tmp/spec)."""
 import glob
 import re
 import statistics
+import sys
 from collections import defaultdict
 
 code = defaultdict(list)  # (config, prompt) -> [(tok/s, acceptance, mean length)]
 load = defaultdict(list)  # (streams, config) -> [output tok/s]
-for path in sorted(glob.glob("/tmp/spec/r*-*.txt")):
+for path in sorted(glob.glob((sys.argv[1] if len(sys.argv) > 1 else "/tmp/spec") + "/r*-*.txt")):
     text = open(path).read()
     name = path.split("/")[-1][:-4]
     m = re.match(r"r(\d+)-load(\d+)-(.+)$", name)

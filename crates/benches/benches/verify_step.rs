@@ -7,7 +7,8 @@
 //! picks k (default 1,2,3,4,5,6,8,9,12,16; past 16, up to 512, a prompt chunk of k tokens
 //! with the last row's logits, and for the matmuls the prompt kernels; each matmul's GOP/s is
 //! printed beside its time), `VERIFY_MODEL` the GGUF file in the model
-//! directory, `PAGODA_THREADS` the pool (default 2). `VERIFY_ITERS=n` skips criterion and
+//! directory (`qwen2.5-coder-0.5b-instruct-q4_k_m.gguf` for the draft's step), `VERIFY_HEAD_ROWS`
+//! the output head's rows kept (a draft's narrowed head), `PAGODA_THREADS` the pool (default 2). `VERIFY_ITERS=n` skips criterion and
 //! prints the median of n timed runs per point (the forward steps, then the matmuls), for
 //! `perf` and for before/after runs interleaved by hand; there `VERIFY_ONLY=forward` or `matmul`
 //! runs one half, `VERIFY_SHAPE=gate_up` one matrix.
@@ -62,7 +63,13 @@ fn model_path() -> PathBuf {
 
 /// The executor with a 256-token context prefilled, and the prompt tokens.
 fn prefilled() -> (CpuExecutor, Vec<u32>) {
-    let model = Model::open(&model_path()).unwrap();
+    let mut model = Model::open(&model_path()).unwrap();
+    if let Some(rows) = std::env::var("VERIFY_HEAD_ROWS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        model.keep_head_rows(rows).unwrap();
+    }
     let vocab = model.config().vocab_size as u32;
     let blocks = (CONTEXT + MAX_STEP).div_ceil(BLOCK_SIZE);
     let mut exec = CpuExecutor::new(model, blocks, BLOCK_SIZE).unwrap();

@@ -405,8 +405,7 @@ impl<E: ModelExecutor> EngineCore<E> {
                     .map(|s| s.num_spec_tokens)
                     .sum::<usize>()
                 + results.values().map(|r| r.num_proposed).sum::<usize>();
-            let draft = exec.draft.map(|d| (d.forwards, d.seqs, d.seconds));
-            spec.observe_step(computed, secs, draft);
+            spec.observe_step(computed, secs, exec.draft);
         }
         self.scheduler
             .observe_step(plan.total_num_scheduled_tokens, secs);

@@ -37,10 +37,16 @@ pub struct ExecutorOutput {
 /// What proposing with a draft model cost in a step, for the speculation cost model.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct DraftWork {
+    /// Forwards in step with the target (each sequence feeding at most the two tokens a
+    /// verification leaves it: the last proposal and the target's own token).
     pub forwards: usize,
     /// Sequences in the draft's forwards (the most in any one).
     pub seqs: usize,
+    /// Seconds of those forwards: what one more proposal costs, for the cost model.
     pub seconds: f64,
+    /// Seconds of all the draft's work in the step, catching up on a sequence's earlier
+    /// tokens included (the part of the step that was not the target's).
+    pub total_seconds: f64,
 }
 
 /// Start-up timings of the executor, for the speculation cost model: seconds of a target step

@@ -12,6 +12,7 @@ mod embeddings;
 mod engine;
 mod forward_split;
 mod golden;
+mod head_rows;
 mod kv_disk;
 mod llamacpp_tiny;
 mod loading;

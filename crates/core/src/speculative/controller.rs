@@ -10,6 +10,7 @@ use std::collections::BinaryHeap;
 
 use super::config::{NumSpecTokens, SpecConfig, SpecMethod};
 use super::cost_model::StepCostModel;
+use crate::executor::DraftWork;
 use crate::request::SeqId;
 
 /// A decoding sequence that may speculate this step.
@@ -49,6 +50,16 @@ pub struct SpecController {
     global_attempts: f64,
     pub counters: SpecCounters,
 }
+
+/// The engine-wide acceptance before any round: optimistic, as a first try costs only one
+/// verification.
+const PRIOR_RATE: f64 = 0.6;
+/// What [`PRIOR_RATE`] weighs, in attempts. A sequence that does not speculate teaches
+/// nothing, so a prior that a few unlucky first rounds pull below the break-even rate turns
+/// speculation off for good: a draft model on chat (acceptance ~0.63, in bursts) opened with 1
+/// of 6 accepted and then proposed nothing on the next request (one attempt's weight).
+/// Twenty attempts are what a proposer that is really poor costs before the prior says so.
+const PRIOR_ATTEMPTS: f64 = 20.0;
 
 #[derive(PartialEq)]
 struct Gain {
@@ -93,10 +104,11 @@ impl SpecController {
         &self.config
     }
 
-    /// The acceptance of a sequence with no history of its own.
+    /// The acceptance of a sequence with no history of its own: the engine's, starting from
+    /// an optimistic [`PRIOR_RATE`] worth [`PRIOR_ATTEMPTS`] attempts.
     pub fn prior(&self) -> f64 {
-        // Optimistic until measured: a first try costs one verification.
-        (self.global_accepted + 0.6) / (self.global_attempts + 1.0)
+        (self.global_accepted + PRIOR_RATE * PRIOR_ATTEMPTS)
+            / (self.global_attempts + PRIOR_ATTEMPTS)
     }
 
     /// K for each candidate (same order). `base_tokens` are the step's tokens without
@@ -209,15 +221,16 @@ impl SpecController {
         }
     }
 
-    /// A step of `tokens` computed tokens took `secs` seconds, of which `draft` were
-    /// `(forwards, sequences, seconds)` of draft-model work.
-    pub fn observe_step(&mut self, tokens: usize, secs: f64, draft: Option<(usize, usize, f64)>) {
+    /// A step of `tokens` computed tokens took `secs` seconds, of which `draft` was
+    /// draft-model work. Only the draft's forwards in step with the target teach its curve: a
+    /// catch-up over a sequence's earlier tokens is paid once, not per proposal.
+    pub fn observe_step(&mut self, tokens: usize, secs: f64, draft: Option<DraftWork>) {
         let mut target_secs = secs;
-        if let Some((forwards, seqs, dsecs)) = draft
-            && forwards > 0
-        {
-            self.draft.observe(seqs, dsecs / forwards as f64);
-            target_secs -= dsecs;
+        if let Some(d) = draft {
+            if d.forwards > 0 {
+                self.draft.observe(d.seqs, d.seconds / d.forwards as f64);
+            }
+            target_secs -= d.total_seconds;
         }
         self.target.observe(tokens, target_secs);
     }

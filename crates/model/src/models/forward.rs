@@ -116,6 +116,8 @@ impl Model {
         }
         let vocab = c.vocab_size;
         let Some(tp) = &self.tp else {
+            // A draft's narrowed head (`keep_head_rows`) gives rows narrower than the vocabulary.
+            let vocab = lm_head.weight.rows;
             let logits = ensure(&mut s.logits, n * vocab);
             let sel = &s.selected[..n * d];
             self.weights.forward(lm_head, sel, n, logits, &mut s.matmul);

@@ -4,6 +4,7 @@
 
 mod forward;
 pub(crate) mod gemma3;
+mod head_rows;
 mod llama;
 mod output_rows;
 pub(crate) mod projections;

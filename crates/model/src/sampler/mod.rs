@@ -202,8 +202,9 @@ impl Sampler {
     /// Verifies a draft model's proposal `x`, drawn from `q` (one probability per id): accepts
     /// it with probability min(1, p(x) / q(x)), p being the distribution `sample` would draw
     /// from here (adjustments included), else draws from max(p - q, 0) renormalised; either
-    /// way the token is recorded as chosen and is distributed as p. Greedy requests, a
-    /// finished grammar and a `q` of another length take `sample`'s own draw instead
+    /// way the token is recorded as chosen and is distributed as p. A `q` shorter than the
+    /// vocabulary (a draft with a narrowed head) is zero past its end. Greedy requests, a
+    /// finished grammar and an empty or too long `q` take `sample`'s own draw instead
     /// (accepted when it equals `x`), which is exact for any proposal.
     pub fn verify_draft(
         &mut self,
@@ -212,7 +213,7 @@ impl Sampler {
         q: &[f32],
     ) -> Result<(Sampled, bool), ConstraintError> {
         let forced = self.constraint.as_ref().is_some_and(|m| m.is_finished());
-        if self.params.is_greedy() || forced || q.len() != logits.len() {
+        if self.params.is_greedy() || forced || q.is_empty() || q.len() > logits.len() {
             let s = self.sample(logits)?;
             let accepted = s.token_id == x;
             return Ok((s, accepted));
