@@ -74,8 +74,13 @@ async fn settled(s: &TestServer, name: &str) -> f64 {
     }
 }
 
+/// Held by the tests that generate: the counters one test reads would otherwise move with the
+/// other's requests on the shared server.
+static GENERATING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test]
 async fn a_request_narrows_speculation_and_latency_counts_every_token() {
+    let _alone = GENERATING.lock().await;
     let s = server();
     let c = client();
     let url = s.url("/v1/completions");
@@ -108,6 +113,7 @@ async fn a_request_narrows_speculation_and_latency_counts_every_token() {
 
 #[tokio::test]
 async fn a_stop_string_inside_an_accepted_run_cuts_the_text_as_plain_decoding_does() {
+    let _alone = GENERATING.lock().await;
     let s = server();
     let c = client();
     let url = s.url("/v1/completions");
