@@ -151,6 +151,25 @@ impl Mpi {
         })
     }
 
+    /// Every rank's `part`, all of one length, concatenated in rank order into `out`
+    /// (resized): one MPI_Allgather, with no exchange of lengths first (an all-reduce's parts).
+    pub fn all_gather_equal_f32(&self, part: &[f32], out: &mut Vec<f32>) -> Result<(), MpiError> {
+        let n = count("an all-gather part", part.len())?;
+        out.resize(part.len() * self.size, 0.0);
+        // SAFETY: every rank sends `n` floats; `out` holds `size` x `n`.
+        check("MPI_Allgather", unsafe {
+            (self.s.allgather)(
+                part.as_ptr().cast(),
+                n,
+                self.s.float,
+                out.as_mut_ptr().cast(),
+                n,
+                self.s.float,
+                self.s.world,
+            )
+        })
+    }
+
     /// Every rank's `part` of bytes at `root` (in rank order); `None` on the other ranks.
     pub fn gather_bytes(&self, part: &[u8], root: usize) -> Result<Option<Vec<Vec<u8>>>, MpiError> {
         let counts = self.all_lengths(part.len())?;

@@ -41,6 +41,13 @@ pub(crate) enum Job {
 pub(crate) type Reply = Result<Vec<Vec<u8>>, String>;
 
 impl Job {
+    /// Whether a worker's answer carries anything: block payloads or write outcomes. A step's
+    /// or shift's is always empty (a rank that fails them ends the group), so ranks in other
+    /// processes send none.
+    pub(crate) fn has_reply(&self) -> bool {
+        matches!(self, Self::ReadBlocks(_) | Self::WriteBlocks(_))
+    }
+
     /// The same job for another worker (its payload shared, not copied).
     pub(crate) fn share(&self) -> Self {
         match self {

@@ -23,11 +23,20 @@ impl MpiCollective {
         }
     }
 
-    fn gather(&self, part: &[f32]) -> Result<std::sync::MutexGuard<'_, Vec<f32>>, CollectiveError> {
+    /// Every rank's `part`; `equal`: all parts have this one's length (an all-reduce), so no
+    /// lengths are exchanged first.
+    fn gather(
+        &self,
+        part: &[f32],
+        equal: bool,
+    ) -> Result<std::sync::MutexGuard<'_, Vec<f32>>, CollectiveError> {
         let mut all = self.gathered.lock().map_err(|_| CollectiveError::Aborted)?;
-        self.mpi
-            .all_gather_f32(part, &mut all)
-            .map_err(|e| CollectiveError::Transport(e.to_string()))?;
+        let gathered = if equal {
+            self.mpi.all_gather_equal_f32(part, &mut all)
+        } else {
+            self.mpi.all_gather_f32(part, &mut all)
+        };
+        gathered.map_err(|e| CollectiveError::Transport(e.to_string()))?;
         Ok(all)
     }
 }
@@ -38,7 +47,7 @@ impl Collective for MpiCollective {
     }
 
     fn all_reduce_sum(&self, _rank: usize, x: &mut [f32]) -> Result<(), CollectiveError> {
-        let all = self.gather(x)?;
+        let all = self.gather(x, true)?;
         let n = x.len();
         if all.len() != n * self.size() {
             return Err(CollectiveError::Mismatch(format!(
@@ -55,7 +64,7 @@ impl Collective for MpiCollective {
         part: &[f32],
         out: &mut [f32],
     ) -> Result<(), CollectiveError> {
-        let all = self.gather(part)?;
+        let all = self.gather(part, false)?;
         if all.len() != out.len() {
             return Err(CollectiveError::Mismatch(format!(
                 "all-gather of {} values into {}",

@@ -158,6 +158,9 @@ impl MpiRanks {
             tracing::error!(rank = 0, %message, "parallel rank failed: ending the MPI job");
             self.mpi.abort(1);
         }
+        if !job.has_reply() {
+            return Ok(vec![Vec::new(); self.mpi.size().saturating_sub(1)]);
+        }
         let gathered = self
             .mpi
             .gather_bytes(&[], 0)
@@ -248,8 +251,10 @@ pub fn run_worker(path: &Path, mpi: &'static Mpi) -> Result<(), ModelError> {
                 mpi.abort(1);
             }
         };
-        mpi.gather_bytes(&encode_reply(&reply), 0)
-            .map_err(mpi_failed)?;
+        if job.has_reply() {
+            mpi.gather_bytes(&encode_reply(&reply), 0)
+                .map_err(mpi_failed)?;
+        }
     }
     mpi.finalize().map_err(mpi_failed)
 }
