@@ -397,6 +397,9 @@ impl<E: ModelExecutor> EngineCore<E> {
         for (seq, n) in exec.proposed {
             results.entry(seq).or_default().num_proposed = n;
         }
+        for (seq, fed) in exec.draft_fed {
+            self.scheduler.note_draft_fed(seq, fed);
+        }
         if let Some(spec) = self.scheduler.speculation_mut() {
             let computed = plan.total_num_scheduled_tokens
                 - plan

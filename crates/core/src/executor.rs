@@ -32,6 +32,9 @@ pub struct ExecutorOutput {
     pub proposed: Vec<(SeqId, usize)>,
     /// Draft-model work inside this step, when a draft model proposed.
     pub draft: Option<DraftWork>,
+    /// Tokens of each sequence the draft model fed this step holds KV for now, for the cost
+    /// of catching a lagging sequence up (`Request::draft_fed`).
+    pub draft_fed: Vec<(SeqId, usize)>,
 }
 
 /// What proposing with a draft model cost in a step, for the speculation cost model.
@@ -47,6 +50,10 @@ pub struct DraftWork {
     /// Seconds of all the draft's work in the step, catching up on a sequence's earlier
     /// tokens included (the part of the step that was not the target's).
     pub total_seconds: f64,
+    /// Tokens fed by the forwards that were not in step (a sequence catching up on tokens
+    /// the draft had not seen), and their seconds: what catching up costs a token.
+    pub catch_up_tokens: usize,
+    pub catch_up_seconds: f64,
 }
 
 /// Start-up timings of the executor, for the speculation cost model: seconds of a target step

@@ -79,6 +79,9 @@ pub struct Request {
     pub first_scheduled: Option<Instant>,
     /// How often its proposed tokens were accepted (speculative decoding).
     pub acceptance: Acceptance,
+    /// Tokens of it a draft model holds KV for (as the draft last reported): the rest it
+    /// must catch up on before it can propose, a cost `auto` weighs before starting.
+    pub draft_fed: usize,
     /// Prompt and generated tokens a context shift took out of `token_ids`, so far.
     pub shifted_out: Shifted,
     /// Reached `max_model_len` with context shift on: shifts before its next step.
@@ -130,6 +133,7 @@ impl Request {
             num_preemptions: 0,
             first_scheduled: None,
             acceptance: Acceptance::default(),
+            draft_fed: 0,
             shifted_out: Shifted::default(),
             needs_shift: false,
             loading: None,

@@ -110,6 +110,13 @@ impl Scheduler {
         self.spec.as_mut()
     }
 
+    /// A draft model now holds `fed` tokens of `seq` (see `Request::draft_fed`).
+    pub fn note_draft_fed(&mut self, seq: SeqId, fed: usize) {
+        if let Some(r) = self.requests.get_mut(&seq) {
+            r.draft_fed = fed;
+        }
+    }
+
     pub fn config(&self) -> &SchedulerConfig {
         &self.config
     }

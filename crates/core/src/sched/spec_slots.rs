@@ -35,6 +35,8 @@ impl Scheduler {
                     seq_id: s.seq_id,
                     rate: r.acceptance.rate(prior),
                     cap,
+                    lag: r.num_tokens().saturating_sub(r.draft_fed),
+                    left: r.tokens_left(max_model_len),
                 });
                 idx.push(i);
             }

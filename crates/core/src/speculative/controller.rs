@@ -21,6 +21,11 @@ pub struct SpecCandidate {
     pub rate: f64,
     /// The most it may propose (what is left of `max_tokens` and of the context, minus one).
     pub cap: usize,
+    /// Tokens a draft model must feed before it can propose for it (1-2 while it keeps up;
+    /// the whole context for a sequence that never speculated).
+    pub lag: usize,
+    /// Output tokens it has left, over which a catch-up would pay for itself.
+    pub left: usize,
 }
 
 /// Speculation counters since start, with vLLM's meanings.
@@ -45,6 +50,8 @@ pub struct SpecController {
     target: StepCostModel,
     /// Seconds of one draft-model forward against the sequences in it.
     draft: StepCostModel,
+    /// Seconds per token of a draft catching up on a sequence it lags (learned).
+    catch_up: Option<f64>,
     /// Engine-wide acceptance (accepted over attempts), the prior of new sequences.
     global_accepted: f64,
     global_attempts: f64,
@@ -60,6 +67,14 @@ const PRIOR_RATE: f64 = 0.6;
 /// of 6 accepted and then proposed nothing on the next request (one attempt's weight).
 /// Twenty attempts are what a proposer that is really poor costs before the prior says so.
 const PRIOR_ATTEMPTS: f64 = 20.0;
+
+/// A draft this close behind a sequence is in step with it: a verification leaves it the
+/// last proposal and the target's own token to feed.
+const IN_STEP_LAG: usize = 2;
+
+/// Catch-ups shorter than this are mostly a forward's fixed cost: they do not teach the
+/// per-token cost.
+const MIN_CATCH_UP_SAMPLE: usize = 16;
 
 #[derive(PartialEq)]
 struct Gain {
@@ -90,6 +105,7 @@ impl SpecController {
             config,
             target: StepCostModel::default(),
             draft: StepCostModel::default(),
+            catch_up: None,
             global_accepted: 0.0,
             global_attempts: 0.0,
             counters: SpecCounters {
@@ -180,6 +196,16 @@ impl SpecController {
             }
             c
         };
+        // A draft that lags a sequence is worth catching up only where a sequence in step with
+        // its draft would go on speculating, in a decode of this step's sequences: else the
+        // catch-up buys proposals for this one step (a big prefill step makes a slot look
+        // nearly free) and none after.
+        let steady = base_outputs.max(cands.len());
+        let keeps_speculating = |rate: f64| {
+            (steady as f64 + rate) * cost(steady, 0, 0) > steady as f64 * cost(steady + 1, 1, 1)
+        };
+        // Catch-ups of the slots taken so far: paid once, each charged as its share (below).
+        let mut charged = 0.0;
         let mut now = cost(tokens, kmax, drafting);
         // The slots taken so far, in order, and the best prefix of them.
         let mut taken: Vec<usize> = Vec::new();
@@ -190,7 +216,16 @@ impl SpecController {
         {
             let k = counts[idx];
             let (kmax2, drafting2) = (kmax.max(k + 1), drafting + usize::from(k == 0));
-            let next = cost(tokens + 1, kmax2, drafting2);
+            let lagging = uses_draft && k == 0 && cands[idx].lag > IN_STEP_LAG;
+            if lagging && !keeps_speculating(cands[idx].rate) {
+                continue;
+            }
+            let catch_up = if lagging {
+                self.catch_up_share(&cands[idx], gain)
+            } else {
+                0.0
+            };
+            let next = cost(tokens + 1, kmax2, drafting2) + charged + catch_up;
             // A draft model's cost also grows with the deepest proposal and the sequences
             // drafting: a slot that raises either without paying at once is passed over.
             if uses_draft && (expected + gain) * now <= expected * next {
@@ -204,6 +239,7 @@ impl SpecController {
             expected += gain;
             tokens += 1;
             left -= 1;
+            charged += catch_up;
             (kmax, drafting, now) = (kmax2, drafting2, next);
             if expected / now > best_rate {
                 (best_len, best_rate) = (taken.len(), expected / now);
@@ -221,6 +257,27 @@ impl SpecController {
         }
     }
 
+    /// What starting `c` costs this step when its draft lags: the draft must first feed the
+    /// `lag` tokens it has not seen (a prefill of the draft), which pays off only over the
+    /// tokens the sequence has left, so the step carries the share of it that its own
+    /// expected tokens (`1 + gain`) are of those. A long context with few tokens left (a wave
+    /// of requests thinning out) is not worth a draft prefill; a fresh request with a short
+    /// prompt and many tokens to go is.
+    fn catch_up_share(&self, c: &SpecCandidate, gain: f64) -> f64 {
+        if c.lag <= IN_STEP_LAG {
+            return 0.0;
+        }
+        // Until a catch-up has been timed, a draft forward of 16 sequences' tokens stands in.
+        let per_token = self.catch_up.unwrap_or_else(|| {
+            if self.draft.is_known() {
+                self.draft.predict(16) / 16.0
+            } else {
+                0.0
+            }
+        });
+        per_token * c.lag as f64 * (1.0 + gain) / c.left.max(1) as f64
+    }
+
     /// A step of `tokens` computed tokens took `secs` seconds, of which `draft` was
     /// draft-model work. Only the draft's forwards in step with the target teach its curve: a
     /// catch-up over a sequence's earlier tokens is paid once, not per proposal.
@@ -229,6 +286,13 @@ impl SpecController {
         if let Some(d) = draft {
             if d.forwards > 0 {
                 self.draft.observe(d.seqs, d.seconds / d.forwards as f64);
+            }
+            if d.catch_up_tokens >= MIN_CATCH_UP_SAMPLE {
+                let per_token = d.catch_up_seconds / d.catch_up_tokens as f64;
+                self.catch_up = Some(match self.catch_up {
+                    Some(old) => 0.8 * old + 0.2 * per_token,
+                    None => per_token,
+                });
             }
             target_secs -= d.total_seconds;
         }
@@ -289,6 +353,8 @@ mod tests {
             seq_id,
             rate,
             cap: 100,
+            lag: 1,
+            left: 100,
         }
     }
 
@@ -371,6 +437,54 @@ mod tests {
         let ks = c.choose(8, 8, 1000, &cands);
         assert!(ks[3] >= ks[0] && ks[3] > 0, "{ks:?}");
         assert!(ks.iter().sum::<usize>() + 8 <= 24, "{ks:?}");
+    }
+
+    /// A draft model behind a sequence must first feed what it has not seen: `auto` starts it
+    /// only where the catch-up pays over the tokens the sequence has left.
+    #[test]
+    fn a_lagging_draft_starts_only_where_its_catch_up_pays() {
+        let mut c = SpecController::new(SpecConfig {
+            method: SpecMethod::DraftModel {
+                path: "draft.gguf".into(),
+            },
+            num_speculative_tokens: NumSpecTokens::Auto { max: 4 },
+        });
+        // The draft: 10 ms a forward of one sequence, 32 ms of 16 (2 ms a token until a
+        // catch-up is timed).
+        c.calibrate(QWEN, &[(1, 0.010), (16, 0.032)]);
+        let with = |lag, left| SpecCandidate {
+            lag,
+            left,
+            ..cand(0, 0.7)
+        };
+        // In step: K = 1 brings 1.7 tokens in 41 + 10 ms (33/s against 27.8/s plain).
+        assert!(c.choose(1, 1, 100, &[with(1, 100)])[0] >= 1);
+        // A fresh request (a 60-token prompt, 300 tokens to go): 0.7 ms of catch-up a step.
+        assert!(c.choose(1, 1, 100, &[with(60, 300)])[0] >= 1);
+        // 150 tokens behind with 20 left: 25.5 ms a step, 1.7 / 76.5 ms = 22/s: plain wins.
+        assert_eq!(c.choose(1, 1, 100, &[with(150, 20)]), vec![0]);
+        // 150 behind with 100 left pays at 2 ms a token (5.1 ms a step), not at the 10 ms a
+        // token a timed catch-up then shows (25.5 ms).
+        assert!(c.choose(1, 1, 100, &[with(150, 100)])[0] >= 1);
+        let work = DraftWork {
+            forwards: 0,
+            seqs: 0,
+            seconds: 0.0,
+            total_seconds: 1.0,
+            catch_up_tokens: 100,
+            catch_up_seconds: 1.0,
+        };
+        c.observe_step(1, 1.036, Some(work));
+        assert_eq!(c.choose(1, 1, 100, &[with(150, 100)]), vec![0]);
+        // A big prefill step makes a slot nearly free (8 ms of a 2.4 s step for 0.7/16 more
+        // tokens), but at a decode of its 16 sequences a slot would not pay (T(17) + 10 ms
+        // for 16.7 tokens against T(16) for 16): a lagging draft is not started there, while
+        // a sequence in step takes the slot.
+        assert_eq!(c.choose(300, 16, 100, &[with(65, 128)]), vec![0]);
+        assert!(c.choose(300, 16, 100, &[with(1, 128)])[0] >= 1);
+        // Token proposers have no draft to catch up: the lag is not theirs to pay.
+        let mut suffix = controller(NumSpecTokens::Auto { max: 4 }, QWEN);
+        assert!(suffix.choose(1, 1, 100, &[with(150, 20)])[0] >= 1);
     }
 
     #[test]

@@ -51,6 +51,8 @@ pub struct DraftProposer {
     free: Vec<u32>,
     seqs: HashMap<u64, DraftSeq>,
     work: Option<DraftWork>,
+    /// Tokens held by each sequence fed in the last `propose`.
+    fed: Vec<(u64, usize)>,
 }
 
 impl DraftProposer {
@@ -64,6 +66,7 @@ impl DraftProposer {
             free: (0..num_blocks as u32).rev().collect(),
             seqs: HashMap::new(),
             work: None,
+            fed: Vec::new(),
         })
     }
 
@@ -113,6 +116,12 @@ impl DraftProposer {
     /// What the last `propose` cost.
     pub fn take_work(&mut self) -> Option<DraftWork> {
         self.work.take()
+    }
+
+    /// The tokens the draft holds of each sequence it fed in the last `propose`: what the
+    /// scheduler prices a lagging sequence's catch-up from.
+    pub fn take_fed(&mut self) -> Vec<(u64, usize)> {
+        std::mem::take(&mut self.fed)
     }
 
     /// Seconds of one draft forward against the sequences in it, for the cost model.
@@ -206,6 +215,7 @@ impl DraftProposer {
         }
         // Forwards in step with the target, and their seconds (see `DraftWork`).
         let (mut forwards, mut steady_secs) = (0, 0.0);
+        let (mut catch_up_tokens, mut catch_up_secs) = (0, 0.0);
         let most = jobs.len();
         let kmax = jobs.iter().map(|j| j.k).max().unwrap_or(0);
         let jobs_empty = jobs.is_empty();
@@ -286,9 +296,16 @@ impl DraftProposer {
             if steady {
                 forwards += 1;
                 steady_secs += t0.elapsed().as_secs_f64();
+            } else {
+                catch_up_tokens += inputs.iter().map(|(t, _)| t.len()).sum::<usize>();
+                catch_up_secs += t0.elapsed().as_secs_f64();
             }
         }
+        self.fed.clear();
         for job in jobs {
+            if let Some(st) = self.seqs.get(&job.seq) {
+                self.fed.push((job.seq, st.fed.len()));
+            }
             out[job.out] = job.drafts;
             probs[job.out] = job.probs;
         }
@@ -297,6 +314,8 @@ impl DraftProposer {
             seqs: most,
             seconds: steady_secs,
             total_seconds: started.elapsed().as_secs_f64(),
+            catch_up_tokens,
+            catch_up_seconds: catch_up_secs,
         });
     }
 }

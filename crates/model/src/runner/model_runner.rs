@@ -312,6 +312,7 @@ impl ModelExecutor for ModelRunner {
         self.finish_step(&mut out, &plans, sampled);
         if let Some(Proposing::Draft(d)) = &mut self.proposer {
             out.draft = d.take_work();
+            out.draft_fed = d.take_fed();
         }
         Ok(out)
     }
