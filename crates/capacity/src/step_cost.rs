@@ -109,19 +109,27 @@ impl StepCost {
             .collect();
         decode_attention.sort_by(|a, b| a.0.total_cmp(&b.0));
         let overall = median(decode_attention.iter().map(|p| p.1).collect()).unwrap_or(0.0);
-        // A prompt chunk's slope from the same chunk after two contexts; without such a pair,
-        // the decode slopes' median. Priced at that median, the 256-token chunk after 1,024
-        // cached tokens had the quickest 256-token base, half the measured chunk's time.
-        let mut slopes: Vec<f64> = Vec::new();
-        for a in &profile.prefill {
-            for b in &profile.prefill {
-                if a.tokens == b.tokens && b.context > a.context {
-                    let pairs =
-                        prefill_pairs(b.context, b.tokens) - prefill_pairs(a.context, a.tokens);
-                    slopes.push(((b.secs - a.secs) / pairs).max(0.0));
-                }
-            }
-        }
+        // A prompt chunk's slope: for each chunk size timed after several contexts, the
+        // least-squares line of its seconds against its pairs; the median over chunk sizes.
+        // Without such a chunk size, the decode slopes' median. Priced at that median, the
+        // 256-token chunk after 1,024 cached tokens had the quickest 256-token base, half the
+        // measured chunk's time; taken from two single timings (contexts 0 and 1,024), the
+        // slope came out ~2.2 us a pair on the 1.5B and every long prompt 5-10% too slow.
+        let mut sizes: Vec<usize> = profile.prefill.iter().map(|p| p.tokens).collect();
+        sizes.sort_unstable();
+        sizes.dedup();
+        let slopes: Vec<f64> = sizes
+            .iter()
+            .filter_map(|&tokens| {
+                let points: Vec<(f64, f64)> = profile
+                    .prefill
+                    .iter()
+                    .filter(|p| p.tokens == tokens)
+                    .map(|p| (prefill_pairs(p.context, p.tokens), p.secs))
+                    .collect();
+                least_squares_slope(&points).map(|s| s.max(0.0))
+            })
+            .collect();
         let prefill_attention = median(slopes).unwrap_or(overall);
         let mut base: Vec<(f64, f64)> = profile
             .decode
@@ -236,6 +244,17 @@ fn interpolate(points: &[(f64, f64)], x: f64) -> Option<f64> {
     Some(last.1)
 }
 
+/// The slope of the least-squares line through `points` (x, y); `None` with fewer than two
+/// distinct x.
+fn least_squares_slope(points: &[(f64, f64)]) -> Option<f64> {
+    let n = points.len() as f64;
+    let mean_x = points.iter().map(|p| p.0).sum::<f64>() / n;
+    let mean_y = points.iter().map(|p| p.1).sum::<f64>() / n;
+    let sxx: f64 = points.iter().map(|p| (p.0 - mean_x).powi(2)).sum();
+    let sxy: f64 = points.iter().map(|p| (p.0 - mean_x) * (p.1 - mean_y)).sum();
+    (points.len() >= 2 && sxx > 0.0).then(|| sxy / sxx)
+}
+
 /// The middle of `values` (the upper one of an even count); `None` when empty.
 fn median(mut values: Vec<f64>) -> Option<f64> {
     values.sort_by(f64::total_cmp);
@@ -309,5 +328,48 @@ mod tests {
         let got = cost.prefill_secs(256, 1024);
         let want = 0.010 + decode * prefill_pairs(1024, 256);
         assert!((got - want).abs() < 1e-9, "{got} vs {want}");
+    }
+
+    #[test]
+    fn prompt_slope_is_fitted_through_every_context_of_a_chunk_size() {
+        // 256-token chunks after 0, 512, 1,024 and 2,048 cached tokens at 10 ms + 1 us a pair,
+        // the one after 1,024 timed 0.1 s slow (a noisy single run).
+        let (slope, noise) = (1e-6, 0.1);
+        let mut p = synthetic(0.010, 64, 0.0);
+        p.prefill = [(256, 0), (256, 512), (256, 1024), (256, 2048)]
+            .iter()
+            .map(|&(tokens, context)| PrefillPoint {
+                tokens,
+                context,
+                secs: 0.010
+                    + slope * prefill_pairs(context, tokens)
+                    + if context == 1024 { noise } else { 0.0 },
+            })
+            .collect();
+        let cost = StepCost::fit(&p);
+        // Pairs grow by 256 a cached token, so the line's slope against pairs is
+        // 1 us + 0.1 s x (1,024 - 896) / (2,293,760 x 256): the contexts' mean is 896 and
+        // their squared deviations sum to 2,293,760. Between the two timings at 0 and 1,024
+        // alone it would be 1 us + 0.1 s / 262,144 pairs = 1.38 us.
+        let fitted = slope + noise * 128.0 / (2_293_760.0 * 256.0);
+        let got = (cost.prefill_secs(256, 2048) - cost.prefill_secs(256, 0)) / (256.0 * 2048.0);
+        assert!((got - fitted).abs() < 1e-15, "{got} vs {fitted}");
+        assert!(got < 1.03e-6, "{got}");
+        // The base keeps the quickest 256-token point once the fitted attention is out (the
+        // chunk after 2,048 tokens, which the slightly steeper line undercharges by the most),
+        // raised to the 64-row decode's 10 ms: a bigger step never costs less.
+        let lone = cost.prefill_secs(256, 0);
+        let want = 0.010 + fitted * prefill_pairs(0, 256);
+        assert!((lone - want).abs() < 1e-12, "{lone} vs {want}");
+        // With exact timings the line goes through every point.
+        for q in &mut p.prefill {
+            q.secs = 0.010 + slope * prefill_pairs(q.context, q.tokens);
+        }
+        let cost = StepCost::fit(&p);
+        for context in [0, 256, 768, 3000] {
+            let got = cost.prefill_secs(256, context);
+            let want = 0.010 + slope * prefill_pairs(context, 256);
+            assert!((got - want).abs() < 1e-12, "{context}: {got} vs {want}");
+        }
     }
 }

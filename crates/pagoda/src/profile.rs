@@ -23,8 +23,20 @@ const BLOCK_SIZE: usize = 16;
 /// The arena the decode batches read: blocks past it wrap around (their bytes are as far
 /// from the cache as distinct ones once it is larger than the last-level cache).
 const ARENA_BYTES: u64 = 512 << 20;
-/// Prefill chunks timed (tokens, context before them).
-const PREFILL: &[(usize, usize)] = &[(64, 0), (256, 0), (512, 0), (256, 1024)];
+/// Prefill chunks timed (tokens, context before them). The 256-token chunk (the server's
+/// per-sequence cap) after four contexts: the planner fits the prompt attention slope through
+/// them; from two single timings (contexts 0 and 1,024) it came out ~2.2 us a pair on the 1.5B
+/// and long prompts 5-10% slower than the server ran them.
+const PREFILL: &[(usize, usize)] = &[
+    (64, 0),
+    (256, 0),
+    (512, 0),
+    (256, 512),
+    (256, 1024),
+    (256, 2048),
+];
+/// Timed runs of each shape; the quickest is kept (noise on a shared machine only adds time).
+const RUNS: usize = 2;
 /// Decode batches timed, each at both contexts.
 const DECODE_SEQS: &[usize] = &[1, 4, 16, 32];
 const DECODE_CONTEXTS: &[usize] = &[128, 1024];
@@ -95,15 +107,15 @@ pub fn measure(
     // and decode batch get one too: timed cold (buffers grown inside the timed pass), a 1.5B
     // model's 256- and 512-token chunks read 5% and 9% slower and its 16-sequence decode 22%
     // slower (docs/capacity.md, "Predictions against sweeps").
-    time_batch(&mut exec, &[(16, 0)])?;
+    time_batch(&mut exec, &[(16, 0)], 1)?;
     let largest = PREFILL.iter().map(|&(n, _)| n).max().unwrap_or(1);
-    time_batch(&mut exec, &[(largest, 0)])?;
+    time_batch(&mut exec, &[(largest, 0)], 1)?;
     let seqs = DECODE_SEQS.iter().copied().max().unwrap_or(1);
     let context = DECODE_CONTEXTS.iter().copied().max().unwrap_or(0);
-    time_batch(&mut exec, &vec![(1, context); seqs])?;
+    time_batch(&mut exec, &vec![(1, context); seqs], 1)?;
     let mut prefill = Vec::new();
     for &(tokens, context) in PREFILL {
-        let secs = time_batch(&mut exec, &[(tokens, context)])?;
+        let secs = time_batch(&mut exec, &[(tokens, context)], RUNS)?;
         prefill.push(PrefillPoint {
             tokens,
             context,
@@ -113,7 +125,7 @@ pub fn measure(
     let mut decode = Vec::new();
     for &context in DECODE_CONTEXTS {
         for &seqs in DECODE_SEQS {
-            let secs = time_batch(&mut exec, &vec![(1, context); seqs])?;
+            let secs = time_batch(&mut exec, &vec![(1, context); seqs], RUNS)?;
             decode.push(DecodePoint {
                 seqs,
                 context,
@@ -147,11 +159,11 @@ pub fn measure(
     })
 }
 
-/// Seconds of one forward over `seqs` (new tokens, context before them), the quicker of two
-/// (noise on a shared machine only ever adds time) below 256 tokens, one run above (long
-/// enough that noise is a small part of it, and most of a profile's time); logits for each
-/// sequence's last token, as a step samples.
-fn time_batch(exec: &mut CpuExecutor, seqs: &[(usize, usize)]) -> anyhow::Result<f64> {
+/// Seconds of one forward over `seqs` (new tokens, context before them), the quickest of `runs`
+/// (noise on a shared machine only ever adds time); logits for each sequence's last token, as
+/// a step samples. Chunks of 256 tokens and more were timed once, and one slow run of the
+/// chunk after 1,024 cached tokens set the planner's prompt slope.
+fn time_batch(exec: &mut CpuExecutor, seqs: &[(usize, usize)], runs: usize) -> anyhow::Result<f64> {
     let num_blocks = exec.kv_cache.num_blocks();
     let groups = exec.kv_cache.plan().num_groups();
     let tokens: Vec<Vec<u32>> = seqs.iter().map(|&(n, _)| vec![0u32; n]).collect();
@@ -181,8 +193,7 @@ fn time_batch(exec: &mut CpuExecutor, seqs: &[(usize, usize)]) -> anyhow::Result
         .collect();
     let batch = ForwardBatch::from_seqs(&chunks, BLOCK_SIZE);
     let mut best = f64::INFINITY;
-    let total: usize = seqs.iter().map(|&(n, _)| n).sum();
-    for _ in 0..if total >= 256 { 1 } else { 2 } {
+    for _ in 0..runs.max(1) {
         let t = Instant::now();
         exec.forward(&batch)
             .map_err(|e| anyhow::anyhow!("forward pass of {seqs:?} failed: {e}"))?;
