@@ -47,6 +47,11 @@ fn replay(target: &str, run: fn(&[u8])) {
 }
 
 #[test]
+fn gguf_parse_corpus() {
+    replay("gguf_parse", inputs::gguf_parse);
+}
+
+#[test]
 fn kv_frame_corpus() {
     replay("kv_frame", inputs::kv_frame);
 }
