@@ -157,16 +157,30 @@ impl Mpi {
         let n = count("an all-gather part", part.len())?;
         out.resize(part.len() * self.size, 0.0);
         // SAFETY: every rank sends `n` floats; `out` holds `size` x `n`.
-        check("MPI_Allgather", unsafe {
-            (self.s.allgather)(
+        unsafe {
+            self.allgather(
                 part.as_ptr().cast(),
                 n,
                 self.s.float,
                 out.as_mut_ptr().cast(),
-                n,
-                self.s.float,
-                self.s.world,
             )
+        }
+    }
+
+    /// MPI_Allgather of `n` elements of `datatype` from every rank, into `recv` in rank order.
+    ///
+    /// # Safety
+    /// `send` must hold `n` elements and `recv` `size` x `n` elements of `datatype`.
+    unsafe fn allgather(
+        &self,
+        send: *const c_void,
+        n: c_int,
+        datatype: Handle,
+        recv: *mut c_void,
+    ) -> Result<(), MpiError> {
+        // SAFETY: the caller's promise on the buffers; the rest is this library's handles.
+        check("MPI_Allgather", unsafe {
+            (self.s.allgather)(send, n, datatype, recv, n, datatype, self.s.world)
         })
     }
 
@@ -206,17 +220,14 @@ impl Mpi {
         let mine = [len as u64];
         let mut all = vec![0u64; self.size];
         // SAFETY: 8 bytes from each rank into `size` x 8 bytes.
-        check("MPI_Allgather", unsafe {
-            (self.s.allgather)(
+        unsafe {
+            self.allgather(
                 mine.as_ptr().cast(),
                 8,
                 self.s.byte,
                 all.as_mut_ptr().cast(),
-                8,
-                self.s.byte,
-                self.s.world,
             )
-        })?;
+        }?;
         Ok(all)
     }
 

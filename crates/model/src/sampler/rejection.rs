@@ -119,6 +119,21 @@ mod tests {
         assert!((wrong[0] - 0.1).abs() > 0.03, "{wrong:?}");
     }
 
+    /// A draft whose output head keeps only the first ids (`Model::keep_head_rows`) gives a q
+    /// shorter than p: it has no mass past its end, where p may have some. The law is still p,
+    /// and a proposal past q's end (which such a draft cannot make) is never accepted.
+    #[test]
+    fn a_q_shorter_than_p_still_gives_the_target_law() {
+        let p = [0.1f32, 0.2, 0.3, 0.25, 0.15];
+        let q = [0.5f32, 0.3, 0.2];
+        let law = output_law(&p, &q, false);
+        assert_eq!(law.len(), p.len());
+        for (l, &pi) in law.iter().zip(&p) {
+            assert!((l - f64::from(pi)).abs() < 1e-6, "{law:?}");
+        }
+        assert_eq!(acceptance_probability(&p, &q, 4), 0.0);
+    }
+
     /// The function itself, driven by seeded uniforms with x drawn from q, lands on p by a
     /// chi-square test (99.9% critical value for 3 degrees of freedom); the same test rejects
     /// the wrong residual's counts.
