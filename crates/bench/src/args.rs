@@ -50,6 +50,12 @@ pub struct BenchArgs {
     /// shared-prefix: system prompt length in tokens.
     #[arg(long, default_value_t = 512)]
     pub prefix_len: u32,
+    /// shared-prefix: the same system prompts at every load point, round and sweep probe, each
+    /// group's computed by a warm-up request before the first measured one, so every measured
+    /// request finds its prompt cached (a deployment's steady state; `pagoda plan
+    /// --shared-prefix-cached` predicts it). Otherwise each point starts with new prompts.
+    #[arg(long)]
+    pub prefix_warmup: bool,
     /// multi-turn: turns per conversation.
     #[arg(long, default_value_t = 4)]
     pub num_turns: usize,
@@ -257,6 +263,9 @@ impl BenchArgs {
         if self.workload == WorkloadKind::File && self.dataset_path.is_none() {
             return Err("--workload file needs --dataset-path".into());
         }
+        if self.prefix_warmup && self.workload != WorkloadKind::SharedPrefix {
+            return Err("--prefix-warmup needs --workload shared-prefix".into());
+        }
         let num_requests = match (self.num_requests, self.duration) {
             (Some(n), _) => n,
             (None, Some(_)) => DURATION_ONLY_MAX_REQUESTS,
@@ -277,11 +286,17 @@ impl BenchArgs {
                 num_turns: self.num_turns,
                 dataset_path: self.dataset_path.clone(),
                 seed: self.seed,
+                prefix_seed: self.prefix_warmup.then_some(self.seed),
             },
             loads: self.loads()?,
             num_requests,
             duration: self.duration,
-            warmup: self.warmup,
+            // One warm-up request per group computes its system prompt (round-robin).
+            warmup: if self.prefix_warmup {
+                self.warmup.max(self.num_groups)
+            } else {
+                self.warmup
+            },
             sampling: SamplingSettings {
                 ignore_eos: self.ignore_eos,
                 temperature: self.temperature,

@@ -266,7 +266,8 @@ pub async fn run_bench(config: BenchConfig) -> Result<BenchReport, BenchError> {
             vec![(Vec::new(), 0.0, 0); config.targets.len()];
         let spec_before: Vec<_> = scrape_speculation(&http, &config.targets).await;
         for round in 0..rounds {
-            // Fresh prompts per point and round: a repeated prompt would hit the prefix cache.
+            // Fresh prompts per point and round: a repeated prompt would hit the prefix cache
+            // (a shared-prefix workload keeps its system prompts: `prefix_seed`).
             let seed = config.workload.seed.wrapping_add((p * 1000 + round) as u64);
             let spec = WorkloadSpec {
                 seed,

@@ -131,6 +131,12 @@ pub struct WorkloadSpec {
     pub dataset_path: Option<PathBuf>,
     /// Seed of every random choice.
     pub seed: u64,
+    /// With `--prefix-warmup`, the seed of the shared-prefix workload's system prompts instead
+    /// of `seed`: the run's `--seed`, kept while load points, rounds, sweep probes and the
+    /// warm-up take fresh questions (another `seed`), so the groups' prompts stay those of one
+    /// deployment and the warm-up caches them.
+    #[serde(default)]
+    pub prefix_seed: Option<u64>,
 }
 
 /// Output length when neither `--output-len` nor the dataset gives one.
@@ -295,7 +301,7 @@ pub async fn build(
             let groups = spec.num_groups.max(1);
             let prefixes: Vec<(String, u32)> = stream::iter(0..groups)
                 .map(|g| async move {
-                    let mut rng = item_rng(spec.seed, 2, g);
+                    let mut rng = item_rng(spec.prefix_seed.unwrap_or(spec.seed), 2, g);
                     random_text(counter, &mut rng, spec.prefix_len.max(1)).await
                 })
                 .buffered(PARALLEL)
@@ -478,6 +484,7 @@ mod tests {
             num_turns: 1,
             dataset_path: None,
             seed: 5,
+            prefix_seed: None,
         };
         let a = build(&spec, 20, &counter).await.unwrap();
         let b = build(&spec, 20, &counter).await.unwrap();
@@ -515,10 +522,27 @@ mod tests {
             num_turns: 3,
             dataset_path: None,
             seed: 1,
+            prefix_seed: None,
         };
         let items = build(&spec, 9, &counter).await.unwrap();
         assert_eq!(items[0].system, items[3].system);
         assert_ne!(items[0].system, items[1].system);
+        // Another point's (or the warm-up's) seed: new system prompts and questions, unless
+        // the prompts' seed is pinned (`--prefix-warmup`).
+        let other = |seed, prefix_seed| WorkloadSpec {
+            seed,
+            prefix_seed,
+            ..spec.clone()
+        };
+        let fresh = build(&other(2, None), 9, &counter).await.unwrap();
+        assert_ne!(items[0].system, fresh[0].system);
+        let pinned = build(&other(1, Some(1)), 9, &counter).await.unwrap();
+        assert_eq!(items, pinned);
+        let next = build(&other(2, Some(1)), 9, &counter).await.unwrap();
+        for (a, b) in items.iter().zip(&next) {
+            assert_eq!(a.system, b.system);
+            assert_ne!(a.turns[0].user, b.turns[0].user);
+        }
         assert_eq!(items[0].expected_input_tokens(0), 35);
         assert_eq!(items[0].turns[0].output_tokens, DEFAULT_OUTPUT_LEN);
         let Input::Messages(m) = items[0].input(0, &[]) else {

@@ -280,6 +280,7 @@ fn config(urls: &[&str], api: Api, kind: WorkloadKind, loads: Vec<Load>, n: usiz
             num_turns: 3,
             dataset_path: None,
             seed: 11,
+            prefix_seed: None,
         },
         loads,
         num_requests: n,

@@ -60,6 +60,7 @@ async fn a_short_run_against_pagoda_serve() {
             num_turns: 1,
             dataset_path: None,
             seed: 5,
+            prefix_seed: None,
         },
         loads: vec![Load::Concurrency { concurrency: 4 }],
         num_requests: 12,

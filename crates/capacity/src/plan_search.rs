@@ -4,7 +4,7 @@
 
 use crate::plan_types::{PlanOptions, Settings};
 use crate::rate_search::RateSearch;
-use crate::simulate::{SchedConfig, SimOutcome, simulate};
+use crate::simulate::{SchedConfig, SharedPrefix, SimOutcome, simulate};
 use crate::slo::Slo;
 use crate::step_cost::StepCost;
 use crate::workload::Workload;
@@ -42,7 +42,10 @@ impl Ctx<'_> {
             &self.cost,
             sched,
             &requests,
-            workload.shared_prefix_tokens as usize,
+            SharedPrefix {
+                tokens: workload.shared_prefix_tokens as usize,
+                cached: workload.shared_prefix_cached,
+            },
             slo,
         )
     }

@@ -232,6 +232,7 @@ mod tests {
             prompt_tokens: Length::fixed(prompt),
             output_tokens: Length::fixed(output),
             shared_prefix_tokens: 0,
+            shared_prefix_cached: false,
             burstiness: 1.0,
         }
     }

@@ -27,6 +27,16 @@ pub struct SchedConfig {
     pub prefilled: bool,
 }
 
+/// The prompt prefix every request shares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SharedPrefix {
+    /// Its length in tokens (0: none).
+    pub tokens: usize,
+    /// In the prefix cache before the first arrival (its blocks held by the cache from the
+    /// start); otherwise the first request to compute it puts it there.
+    pub cached: bool,
+}
+
 /// What one simulated run measured.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SimOutcome {
@@ -96,19 +106,19 @@ struct Seq {
 }
 
 /// Simulate `requests` (arrival order) under `sched`, timing steps with `cost`; `shared` is
-/// the shared-prefix length, a prefix-cache hit for every request after the first computed it.
+/// the prefix they share, a prefix-cache hit for every request once it is cached.
 pub fn simulate(
     cost: &StepCost,
     sched: SchedConfig,
     requests: &[SimRequest],
-    shared: usize,
+    shared: SharedPrefix,
     slo: &Slo,
 ) -> SimOutcome {
     let bs = sched.block_size.max(1);
     // Only whole blocks are cached, and the last prompt token is always computed.
-    let shared_blocks = shared / bs;
-    let mut prefix_cached = false;
-    let mut free_blocks = sched.num_blocks;
+    let shared_blocks = (shared.tokens / bs).min(sched.num_blocks);
+    let mut prefix_cached = shared.cached && shared_blocks > 0;
+    let mut free_blocks = sched.num_blocks - if prefix_cached { shared_blocks } else { 0 };
     let mut out = SimOutcome {
         requests: requests.len(),
         ..SimOutcome::default()
@@ -365,33 +375,91 @@ pub(crate) mod tests {
         let cost = StepCost::fit(&synthetic(0.010, 64, 0.0));
         let slo = Slo::default();
         // Four at once, room for four: one prefill step, then ten decode steps of 10 ms.
-        let out = simulate(&cost, sched(4, 100), &burst(4, 16, 11), 0, &slo);
+        let out = simulate(
+            &cost,
+            sched(4, 100),
+            &burst(4, 16, 11),
+            SharedPrefix::default(),
+            &slo,
+        );
         assert_eq!(out.steps, 11);
         assert!((out.duration - 0.110).abs() < 1e-9);
         assert!(out.ttft_ms.iter().all(|&t| (t - 10.0).abs() < 1e-6));
         assert!(out.tpot_ms.iter().all(|&t| (t - 10.0).abs() < 1e-6));
         // Room for two: the second pair starts when the first finishes (step 12).
-        let out = simulate(&cost, sched(2, 100), &burst(4, 16, 11), 0, &slo);
+        let out = simulate(
+            &cost,
+            sched(2, 100),
+            &burst(4, 16, 11),
+            SharedPrefix::default(),
+            &slo,
+        );
         assert_eq!(out.steps, 22);
         assert_eq!(out.seq_capped_steps, 11);
         assert!((out.ttft_ms[3] - 120.0).abs() < 1e-6, "{:?}", out.ttft_ms);
         // Room for two requests' KV (20 + 11 tokens = 2 blocks each): the same, bound by blocks.
-        let out = simulate(&cost, sched(64, 4), &burst(4, 20, 11), 0, &slo);
+        let out = simulate(
+            &cost,
+            sched(64, 4),
+            &burst(4, 20, 11),
+            SharedPrefix::default(),
+            &slo,
+        );
         assert_eq!(out.steps, 22);
         assert_eq!((out.kv_blocked_steps, out.preemptions), (11, 0));
         // Blocks are taken as tokens are computed: four 16-token prompts fit at first, then
         // the newest sequences are preempted when decoding needs second blocks.
-        let out = simulate(&cost, sched(64, 4), &burst(4, 16, 11), 0, &slo);
+        let out = simulate(
+            &cost,
+            sched(64, 4),
+            &burst(4, 16, 11),
+            SharedPrefix::default(),
+            &slo,
+        );
         assert!(out.preemptions > 0);
         assert_eq!(out.peak_kv_tokens, 64);
         // A shared 32-token prefix: held once, read from the cache by every later request.
         let cost = StepCost::fit(&synthetic(0.010, 16, 0.001));
-        let out = simulate(&cost, sched(64, 100), &burst(2, 40, 2), 32, &slo);
+        let out = simulate(
+            &cost,
+            sched(64, 100),
+            &burst(2, 40, 2),
+            prefix(32, false),
+            &slo,
+        );
         // Step 1: both requests prefill all 40 tokens (nothing cached yet) = 80 tokens.
         assert!(
             (out.ttft_ms[0] - (10.0 + 64.0)).abs() < 1e-6,
             "{:?}",
             out.ttft_ms
         );
+        // Cached before the first arrival: each computes only its own 8 tokens, 16 in one
+        // step at the knee's 10 ms.
+        let out = simulate(
+            &cost,
+            sched(64, 100),
+            &burst(2, 40, 2),
+            prefix(32, true),
+            &slo,
+        );
+        assert!(
+            out.ttft_ms.iter().all(|&t| (t - 10.0).abs() < 1e-6),
+            "{:?}",
+            out.ttft_ms
+        );
+        // The cache's two blocks are not the sequences' to use: with three blocks in all, the
+        // two requests (one block each) run one after the other.
+        let out = simulate(
+            &cost,
+            sched(64, 3),
+            &burst(2, 40, 2),
+            prefix(32, true),
+            &slo,
+        );
+        assert_eq!(out.kv_blocked_steps, 2, "{out:?}");
+    }
+
+    fn prefix(tokens: usize, cached: bool) -> SharedPrefix {
+        SharedPrefix { tokens, cached }
     }
 }

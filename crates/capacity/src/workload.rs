@@ -66,6 +66,11 @@ pub struct Workload {
     pub output_tokens: Length,
     /// Leading prompt tokens every request shares (cached after the first request).
     pub shared_prefix_tokens: u32,
+    /// The shared prefix is in the prefix cache before the first request arrives: a steady
+    /// state, and what `pagoda bench --warmup` gives a shared-prefix run. Otherwise the first
+    /// request computes it and every request arriving meanwhile waits on that prefill.
+    #[serde(default)]
+    pub shared_prefix_cached: bool,
     /// Gamma shape of arrival gaps: 1 = Poisson, < 1 burstier.
     pub burstiness: f64,
 }

@@ -30,6 +30,10 @@ pub struct PlanArgs {
     /// Leading prompt tokens every request shares (a system prompt the prefix cache holds).
     #[arg(long, default_value_t = 0)]
     pub shared_prefix_tokens: u32,
+    /// The shared prefix is cached before the first request (a steady state; what `pagoda bench
+    /// --warmup` gives a shared-prefix run); otherwise the first request computes it.
+    #[arg(long, requires = "shared_prefix_tokens")]
+    pub shared_prefix_cached: bool,
     /// Targets: ttft=2s,tpot=120ms[,e2e=30s]; a ttft or e2e target is required.
     #[arg(long, value_parser = parse_slo)]
     pub slo: Slo,
@@ -103,6 +107,7 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
         prompt_tokens: args.prompt_tokens,
         output_tokens: args.output_tokens,
         shared_prefix_tokens: args.shared_prefix_tokens,
+        shared_prefix_cached: args.shared_prefix_cached,
         burstiness: args.burstiness,
     };
     let opts = PlanOptions {
