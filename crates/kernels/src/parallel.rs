@@ -81,7 +81,7 @@ impl RankPool {
 
 impl Drop for RankPool {
     fn drop(&mut self) {
-        let s = self.pool.shared;
+        let s = &self.pool.shared;
         s.stop.store(true, Ordering::SeqCst);
         let _park = s.park_lock.lock().unwrap_or_else(|e| e.into_inner());
         s.wake.notify_all();
@@ -204,7 +204,9 @@ pub fn for_rows<T: Send, const N: usize>(rows: usize, bufs: [&mut [T]; N], f: &R
 
 struct Pool {
     threads: usize,
-    shared: &'static Shared,
+    /// Held by the pool and each of its workers: a dropped [`RankPool`]'s is freed when its
+    /// last worker has seen `stop` and returned.
+    shared: Arc<Shared>,
     /// Serialises callers from different threads: the job slot holds one job at a time.
     call_lock: Mutex<()>,
 }
@@ -237,7 +239,7 @@ impl Pool {
 
     /// `threads` threads in all (the caller one), worker `i` running `place(i)` first.
     fn start_placed(threads: usize, place: Arc<dyn Fn(usize) + Send + Sync>, name: &str) -> Self {
-        let shared: &'static Shared = Box::leak(Box::new(Shared {
+        let shared = Arc::new(Shared {
             state: AtomicU64::new(0),
             n_tasks: AtomicUsize::new(0),
             job_f: AtomicPtr::new(std::ptr::null_mut()),
@@ -247,15 +249,16 @@ impl Pool {
             stop: AtomicBool::new(false),
             park_lock: Mutex::new(()),
             wake: Condvar::new(),
-        }));
+        });
         let mut started = 1;
         for i in 1..threads {
             let place = Arc::clone(&place);
+            let shared = Arc::clone(&shared);
             let spawned = std::thread::Builder::new()
                 .name(format!("{name}-{i}"))
                 .spawn(move || {
                     place(i);
-                    worker_loop(shared)
+                    worker_loop(&shared)
                 });
             if spawned.is_ok() {
                 started += 1;
@@ -271,7 +274,7 @@ impl Pool {
     fn run(&self, n_tasks: usize, f: TaskFn<'_>) {
         // A poisoned lock only means another caller's task panicked; the slot is free again.
         let _guard = self.call_lock.lock().unwrap_or_else(|e| e.into_inner());
-        let s = self.shared;
+        let s = &*self.shared;
         let f_slot: TaskFn<'_> = f;
         // Lifetime erased: every use of the pointer ends before this function returns (see the
         // module header).
@@ -342,7 +345,7 @@ fn work_on(s: &Shared, generation: u64) {
     }
 }
 
-fn worker_loop(s: &'static Shared) {
+fn worker_loop(s: &Shared) {
     IN_TASK.with(|t| t.set(true));
     let mut seen = 0u64;
     loop {
@@ -447,8 +450,17 @@ mod tests {
         );
         // Outside `install` the thread is back on the process's pool.
         assert!(current().is_none());
-        let shared = pool.pool.shared;
+        let shared = Arc::downgrade(&pool.pool.shared);
         drop(pool);
-        assert!(shared.stop.load(Ordering::SeqCst));
+        // Its workers see `stop`, return and drop their hold on the shared state: nothing of
+        // the pool is left (a dropped pool once leaked it).
+        let start = Instant::now();
+        while shared.upgrade().is_some() {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "a worker did not end"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 }

@@ -104,14 +104,25 @@ impl ModelRunner {
             }
         }
         let mut read: HashMap<u64, HashMap<pagoda_core::kv::BlockHash, Vec<u8>>> = HashMap::new();
+        // Loads left of each (read, block): the last one takes the payload, any before it copy.
+        let mut left: HashMap<(u64, pagoda_core::kv::BlockHash), usize> = HashMap::new();
+        for load in &step.kv_loads {
+            *left.entry((load.ticket, load.key)).or_default() += 1;
+        }
         let mut writes = Vec::with_capacity(step.kv_loads.len());
         for load in &step.kv_loads {
             let blocks = read
                 .entry(load.ticket)
                 .or_insert_with(|| tier.take_read(load.ticket).into_iter().collect());
+            let n = left.entry((load.ticket, load.key)).or_default();
+            *n = n.saturating_sub(1);
+            let payload = if *n == 0 {
+                blocks.remove(&load.key)
+            } else {
+                blocks.get(&load.key).cloned()
+            };
             // A block missing from its read is not written (an empty payload is refused).
-            let payload = blocks.get(&load.key).cloned().unwrap_or_default();
-            writes.push((load.block_id, payload));
+            writes.push((load.block_id, payload.unwrap_or_default()));
         }
         if writes.is_empty() {
             return Ok(());
