@@ -7,7 +7,8 @@
 //! shared secret (`--kv-transfer-secret-file`, which both replicas share) is refused before
 //! any frame is read; and afterwards neither side holds a block or a buffered transfer. Last,
 //! the decode replica is killed mid-transfer: the request falls back to another replica and
-//! the prefill side holds nothing. Needs the `pagoda` binary built.
+//! the prefill side holds nothing. Then both roles again at three tensor-parallel ranks: the
+//! same transfer, bit for bit. Needs the `pagoda` binary built.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -290,7 +291,6 @@ async fn prefill_transfer_decode_matches_one_replica_and_failures_fall_back() {
         1.0,
     )
     .await;
-    let _ = std::fs::remove_dir_all(&dir);
 
     // No blocks are left held on either side, and no received block waits unclaimed.
     for url in [&prefill.url, &decode.url] {
@@ -325,4 +325,64 @@ async fn prefill_transfer_decode_matches_one_replica_and_failures_fall_back() {
     settles(&c, &prefill.url, "pagoda:kv_transfer_in_flight", 0.0).await;
     settles(&c, &prefill.url, "pagoda:kv_cache_usage_perc", 0.0).await;
     settles(&c, &prefill.url, "pagoda:num_requests_running", 0.0).await;
+    drop((prefill, decode));
+
+    tensor_parallel_replicas_transfer_whole_blocks(&c, &secret, &prompt).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Both roles at three tensor-parallel ranks (SmolLM2's 3 KV heads, one a rank): the prefill
+/// side merges its ranks' parts of each block into the whole payload the wire carries, the
+/// decode side splits it back over its ranks, and the decode runs on exactly the KV a
+/// three-rank replica computes alone, so its greedy output is that replica's, bit for bit.
+async fn tensor_parallel_replicas_transfer_whole_blocks(
+    c: &reqwest::Client,
+    secret: &str,
+    prompt: &str,
+) {
+    let kv_port = free_port();
+    let prefill = start(&[
+        "--tensor-parallel-size",
+        "3",
+        "--kv-transfer-secret-file",
+        secret,
+        "--kv-role",
+        "prefill",
+        "--kv-transfer-peers",
+        "127.0.0.1",
+    ]);
+    let decode = start(&[
+        "--tensor-parallel-size",
+        "3",
+        "--kv-transfer-secret-file",
+        secret,
+        "--kv-role",
+        "decode",
+        "--kv-transfer-host",
+        "127.0.0.1",
+        "--kv-transfer-port",
+        &kv_port.to_string(),
+    ]);
+    prefill.wait_ready(c).await;
+    decode.wait_ready(c).await;
+    for url in [&prefill.url, &decode.url] {
+        assert_eq!(metric(c, url, "pagoda:tp_size").await, 3.0);
+    }
+    let r = router(&decode, &format!("127.0.0.1:{kv_port}"), &prefill, None).await;
+    let alone = complete(c, &prefill.url, prompt, "tp-alone").await;
+    let split = complete(c, &r, prompt, "tp-split").await;
+    assert_eq!(text(&split), text(&alone));
+    let prompt_tokens = split["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert_eq!(
+        cached_tokens(&split),
+        (prompt_tokens - 1) / 16 * 16,
+        "{split}"
+    );
+    assert_eq!(metric(c, &r, "pagoda_router:pd_remote_total").await, 1.0);
+    let received = metric(c, &decode.url, "pagoda:kv_transfer_blocks_received_total").await;
+    assert!(received >= (prompt_tokens / 16) as f64, "{received}");
+    for url in [&prefill.url, &decode.url] {
+        settles(c, url, "pagoda:kv_cache_usage_perc", 0.0).await;
+        settles(c, url, "pagoda:kv_transfer_in_flight", 0.0).await;
+    }
 }
