@@ -29,6 +29,26 @@ fn start(extra: &[&str]) -> Replica {
     Replica::spawn(free_port(), &extra)
 }
 
+/// A prefill replica and a decode replica (its transfer endpoint on `kv_port`) sharing
+/// `secret`, both with `extra` arguments.
+fn pd_pair(secret: &str, kv_port: u16, extra: &[&str]) -> (Replica, Replica) {
+    let port = kv_port.to_string();
+    let both = ["--kv-transfer-secret-file", secret];
+    let prefill = ["--kv-role", "prefill", "--kv-transfer-peers", "127.0.0.1"];
+    let decode = [
+        "--kv-role",
+        "decode",
+        "--kv-transfer-host",
+        "127.0.0.1",
+        "--kv-transfer-port",
+        &port,
+    ];
+    (
+        start(&[&both[..], &prefill, extra].concat()),
+        start(&[&both[..], &decode, extra].concat()),
+    )
+}
+
 /// An in-process router: `decode` (with its transfer endpoint `kv`) and one prefill replica,
 /// and `plain` as an ordinary replica to fall back on.
 async fn router(decode: &Replica, kv: &str, prefill: &Replica, plain: Option<&Replica>) -> String {
@@ -212,28 +232,7 @@ async fn prefill_transfer_decode_matches_one_replica_and_failures_fall_back() {
     )
     .unwrap();
     let secret = secret.to_string_lossy().into_owned();
-    let prefill = start(&[
-        "--kv-transfer-secret-file",
-        &secret,
-        "--kv-role",
-        "prefill",
-        "--kv-transfer-peers",
-        "127.0.0.1",
-        "--kv-transfer-timeout",
-        "3",
-    ]);
-    let decode = start(&[
-        "--kv-transfer-secret-file",
-        &secret,
-        "--kv-role",
-        "decode",
-        "--kv-transfer-host",
-        "127.0.0.1",
-        "--kv-transfer-port",
-        &kv_port.to_string(),
-        "--kv-transfer-timeout",
-        "3",
-    ]);
+    let (prefill, decode) = pd_pair(&secret, kv_port, &["--kv-transfer-timeout", "3"]);
     let c = reqwest::Client::new();
     prefill.wait_ready(&c).await;
     decode.wait_ready(&c).await;
@@ -341,28 +340,7 @@ async fn tensor_parallel_replicas_transfer_whole_blocks(
     prompt: &str,
 ) {
     let kv_port = free_port();
-    let prefill = start(&[
-        "--tensor-parallel-size",
-        "3",
-        "--kv-transfer-secret-file",
-        secret,
-        "--kv-role",
-        "prefill",
-        "--kv-transfer-peers",
-        "127.0.0.1",
-    ]);
-    let decode = start(&[
-        "--tensor-parallel-size",
-        "3",
-        "--kv-transfer-secret-file",
-        secret,
-        "--kv-role",
-        "decode",
-        "--kv-transfer-host",
-        "127.0.0.1",
-        "--kv-transfer-port",
-        &kv_port.to_string(),
-    ]);
+    let (prefill, decode) = pd_pair(secret, kv_port, &["--tensor-parallel-size", "3"]);
     prefill.wait_ready(c).await;
     decode.wait_ready(c).await;
     for url in [&prefill.url, &decode.url] {
