@@ -341,6 +341,28 @@ mod tests {
     }
 
     #[test]
+    fn prefix_warmup_pins_the_prompts_and_warms_every_group() {
+        let a = parse(&[
+            "--workload",
+            "shared-prefix",
+            "--num-groups",
+            "3",
+            "--seed",
+            "7",
+            "--prefix-warmup",
+        ])
+        .unwrap();
+        let c = a.to_config(&["m".into()]).unwrap();
+        assert_eq!((c.workload.prefix_seed, c.warmup), (Some(7), 3));
+        let plain = parse(&["--workload", "shared-prefix", "--warmup", "1"]).unwrap();
+        let c = plain.to_config(&["m".into()]).unwrap();
+        assert_eq!((c.workload.prefix_seed, c.warmup), (None, 1));
+        let random = parse(&["--prefix-warmup"]).unwrap();
+        let err = random.to_config(&["m".into()]).err().unwrap();
+        assert!(err.contains("shared-prefix"), "{err}");
+    }
+
+    #[test]
     fn sweep_and_defaults() {
         let a = parse(&[
             "--request-rate",
