@@ -116,6 +116,9 @@ pub struct Replicas {
     pub decode_replica_rps: f64,
 }
 
+/// How much slower than profiled the steps of [`Plan::max_rate_rps_slower_steps`] are.
+pub const SLOWER_STEPS: f64 = 1.1;
+
 /// The plan.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Plan {
@@ -123,6 +126,11 @@ pub struct Plan {
     pub max_goodput_rps: f64,
     /// That rate.
     pub max_rate_rps: f64,
+    /// The highest rate meeting the SLO with the same settings if every step took
+    /// [`SLOWER_STEPS`] times as long: a rate with a margin, for a machine whose step costs
+    /// drift (this one's moved 10-20% between windows, and near a latency cliff the highest
+    /// rate moves two to four times as much).
+    pub max_rate_rps_slower_steps: f64,
     /// The resource that binds there.
     pub binding_resource: Resource,
     /// KV bytes held at the peak of the run at that rate.

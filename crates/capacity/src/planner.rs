@@ -6,6 +6,7 @@
 //! reasoning behind each figure.
 
 use crate::plan_search::Ctx;
+use crate::plan_types::SLOWER_STEPS;
 pub use crate::plan_types::{
     Candidate, DEFAULTS, Plan, PlanError, PlanOptions, Replicas, Resource, Settings,
 };
@@ -86,6 +87,12 @@ fn plan_one(
         prefilled: false,
     };
     let mut reasoning = Vec::new();
+    if !profile.served_decode.is_empty() {
+        reasoning.push(format!(
+            "steps priced as served: the profile's served decode steps ran {:.2}x its bare forwards",
+            ctx.cost.served_factor()
+        ));
+    }
     crate::plan_checks::check_attainable(
         &ctx.cost,
         workload,
@@ -142,6 +149,14 @@ fn plan_one(
             opts.num_requests
         ));
     }
+    // The same settings with every step SLOWER_STEPS times as long: the margin to plan with.
+    let slower = Ctx {
+        cost: ctx.cost.scaled(SLOWER_STEPS),
+        ..ctx
+    };
+    let rate_slower_steps = slower
+        .search(recommended.settings, workload, slo, start)
+        .map_or(0.0, |(r, _)| r);
     let above = ctx.run(recommended.settings, workload, slo, rate * 1.1);
     let binding =
         crate::plan_checks::binding(&at_max, &above, ctx.num_blocks * block_size, &mut reasoning);
@@ -163,6 +178,12 @@ fn plan_one(
         at_max.peak_kv_tokens,
         kv_bytes_needed as f64 / 1048576.0,
         budget as f64 / 1048576.0,
+    ));
+    reasoning.push(format!(
+        "with every step {:.0}% slower than profiled (this machine's step costs drifted that \
+         much between windows): {rate_slower_steps:.3} req/s, {:.0}% less; plan with a margin",
+        (SLOWER_STEPS - 1.0) * 100.0,
+        (1.0 - rate_slower_steps / rate.max(1e-12)) * 100.0,
     ));
     reasoning.push(format!(
         "defaults (--max-num-seqs {} --max-num-batched-tokens {}) reach {:.3} req/s",
@@ -201,6 +222,7 @@ fn plan_one(
     Ok(Plan {
         max_goodput_rps: at_max.goodput(),
         max_rate_rps: rate,
+        max_rate_rps_slower_steps: rate_slower_steps,
         binding_resource: binding,
         kv_bytes_needed,
         kv_bytes_at_max_num_seqs: kv_at_cap,
@@ -299,6 +321,17 @@ mod tests {
             p.max_rate_rps
         );
         assert_eq!(p.binding_resource, Resource::Compute, "{:?}", p.reasoning);
+        // Steps 10% slower: 11 ms + 1.1 ms a token allow 7 tokens within 18 ms, each request
+        // 21 steps of about 17.6 ms: 7 / (21 · 17.6 ms) = 18.9 requests/s, 20% less for a 10%
+        // slower step (the TPOT cliff amplifies).
+        assert!(
+            p.max_rate_rps_slower_steps > 12.0
+                && p.max_rate_rps_slower_steps < 19.5
+                && p.max_rate_rps_slower_steps < p.max_rate_rps * 0.9,
+            "{} vs {}",
+            p.max_rate_rps_slower_steps,
+            p.max_rate_rps
+        );
         let opts = PlanOptions {
             target_rps: Some(100.0),
             ..opts

@@ -81,6 +81,12 @@ pub struct CostProfile {
     pub sample_secs_per_seq: f64,
     /// Fixed cost of a step outside the forward pass (scheduling, bookkeeping), seconds.
     pub step_overhead_secs: f64,
+    /// Decode steps timed through the real server (streamed requests, all sent at once:
+    /// `secs` is a token gap's median): what the engine loop, scheduler, sampler and HTTP add
+    /// around the forwards above. The fit scales every cost by their ratio to the forwards.
+    /// Empty in profiles without them (`pagoda profile --no-served`, older files).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub served_decode: Vec<DecodePoint>,
 }
 
 /// KV bytes per token by element type.

@@ -346,6 +346,7 @@ pub(crate) mod tests {
                 .collect(),
             sample_secs_per_seq: 0.0,
             step_overhead_secs: 0.0,
+            served_decode: Vec::new(),
         }
     }
 

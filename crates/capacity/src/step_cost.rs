@@ -5,8 +5,10 @@
 //! `base` is the measured curve of a step against its token count with the attention share taken
 //! out: flat while a step is bound by streaming the weights from memory, rising once the matmuls
 //! turn compute-bound. Those parts are also the planner's answer to "which resource binds".
+//! When the profile timed decode steps through a server too, every term is scaled by how much
+//! slower those ran than the forwards (the server's share of a step, measured, not assumed).
 
-use crate::profile::CostProfile;
+use crate::profile::{CostProfile, DecodePoint};
 
 /// Where a step's time goes, seconds.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -82,6 +84,9 @@ pub struct StepCost {
     prefill_attention: f64,
     sample: f64,
     overhead: f64,
+    /// Served decode steps over the fitted forwards (1 without served points); already
+    /// applied to every term above.
+    served_factor: f64,
 }
 
 impl StepCost {
@@ -155,13 +160,53 @@ impl StepCost {
             floor = floor.max(p.1.max(1e-6));
             p.1 = floor;
         }
-        Self {
+        let forwards = Self {
             base,
             decode_attention,
             prefill_attention,
             sample: profile.sample_secs_per_seq.max(0.0),
             overhead: profile.step_overhead_secs.max(0.0),
+            served_factor: 1.0,
+        };
+        forwards.served(&profile.served_decode)
+    }
+
+    /// Scaled to the served decode steps: by the median of their ratios to the fitted ones.
+    /// On this machine a served step ran 4-10% over the forward timed beside it at 1-16
+    /// sequences, alike at 128 and 1,100 tokens of context, so one factor for all terms; and
+    /// near a TPOT cliff a 7% quicker step put the planner's rate 13% too high.
+    fn served(self, points: &[DecodePoint]) -> Self {
+        let ratios: Vec<f64> = points
+            .iter()
+            .filter(|p| p.secs > 0.0 && p.seqs > 0)
+            .map(|p| p.secs / self.decode_secs(p.seqs, p.context))
+            .filter(|r| r.is_finite())
+            .collect();
+        match median(ratios) {
+            Some(factor) => Self {
+                served_factor: factor,
+                ..self.scaled(factor)
+            },
+            None => self,
         }
+    }
+
+    /// Every step `factor` times as long.
+    pub fn scaled(&self, factor: f64) -> Self {
+        let scale = |points: &[(f64, f64)]| points.iter().map(|&(x, y)| (x, y * factor)).collect();
+        Self {
+            base: scale(&self.base),
+            decode_attention: scale(&self.decode_attention),
+            prefill_attention: self.prefill_attention * factor,
+            sample: self.sample * factor,
+            overhead: self.overhead * factor,
+            served_factor: self.served_factor,
+        }
+    }
+
+    /// Served decode steps over the forwards timed beside them (1 when the profile has none).
+    pub fn served_factor(&self) -> f64 {
+        self.served_factor
     }
 
     /// Forward time of `tokens` tokens without attention: linear between measured points,
@@ -256,7 +301,7 @@ fn least_squares_slope(points: &[(f64, f64)]) -> Option<f64> {
 }
 
 /// The middle of `values` (the upper one of an even count); `None` when empty.
-fn median(mut values: Vec<f64>) -> Option<f64> {
+pub fn median(mut values: Vec<f64>) -> Option<f64> {
     values.sort_by(f64::total_cmp);
     values.get(values.len() / 2).copied()
 }
@@ -371,5 +416,42 @@ mod tests {
             let want = 0.010 + slope * prefill_pairs(context, 256);
             assert!((got - want).abs() < 1e-12, "{context}: {got} vs {want}");
         }
+    }
+
+    #[test]
+    fn served_steps_scale_every_cost_by_their_median_ratio() {
+        // Forwards: 10 ms flat plus 4 us a decode pair. Served decodes ran 8% over them, but
+        // for one outlier (a slow moment of the machine) the median ignores.
+        let mut p = synthetic(0.010, 64, 0.0);
+        for d in &mut p.decode {
+            d.secs += 4e-6 * (d.seqs * d.context) as f64;
+        }
+        let forwards = StepCost::fit(&p);
+        assert_eq!(forwards.served_factor(), 1.0);
+        p.served_decode = [(1, 1.08), (4, 1.08), (16, 1.6)]
+            .iter()
+            .map(|&(seqs, ratio)| DecodePoint {
+                seqs,
+                context: 144,
+                secs: ratio * forwards.decode_secs(seqs, 144),
+            })
+            .collect();
+        let served = StepCost::fit(&p);
+        assert!((served.served_factor() - 1.08).abs() < 1e-9);
+        for (seqs, context) in [(1, 128), (8, 700), (32, 2048)] {
+            let (a, b) = (
+                forwards.decode_secs(seqs, context),
+                served.decode_secs(seqs, context),
+            );
+            assert!(
+                (b / a - 1.08).abs() < 1e-9,
+                "decode {seqs}x{context}: {b} vs {a}"
+            );
+        }
+        let (a, b) = (
+            forwards.prefill_secs(256, 512),
+            served.prefill_secs(256, 512),
+        );
+        assert!((b / a - 1.08).abs() < 1e-9, "prefill: {b} vs {a}");
     }
 }

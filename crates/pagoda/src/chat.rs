@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::engine_args::EngineArgs;
+use crate::local_server::{self, LocalServer};
 use crate::model_path;
 
 #[derive(Args)]
@@ -100,16 +101,20 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
 
 async fn chat(args: ChatArgs) -> anyhow::Result<()> {
     let http = reqwest::Client::new();
-    let (base, model) = match &args.url {
+    // The local server (when there is no --url) lives as long as the conversation.
+    let (base, model, _server) = match &args.url {
         Some(url) => {
             let base = url.trim_end_matches('/').trim_end_matches("/v1").to_owned();
             let model = match &args.model_name {
                 Some(m) => m.clone(),
                 None => first_model(&http, &base, args.api_key.as_deref()).await?,
             };
-            (base, model)
+            (base, model, None)
         }
-        None => serve_locally(&args).await?,
+        None => {
+            let (base, model, server) = serve_locally(&args).await?;
+            (base, model, Some(server))
+        }
     };
     let mut history = History {
         system: args.system.clone(),
@@ -251,7 +256,8 @@ async fn first_model(
 }
 
 /// Loads the model and serves it on a loopback port for this process alone.
-async fn serve_locally(args: &ChatArgs) -> anyhow::Result<(String, String)> {
+/// The model of `args` on a server in this process, for as long as the returned handle lives.
+async fn serve_locally(args: &ChatArgs) -> anyhow::Result<(String, String, LocalServer)> {
     let setup = args.engine.resolve()?;
     let path = model_path::resolve(args.model.clone(), false)?;
     let name = "local".to_owned();
@@ -260,21 +266,9 @@ async fn serve_locally(args: &ChatArgs) -> anyhow::Result<(String, String)> {
         generation_config: args.engine.generation_config.clone(),
         ..pagoda_server::ServerConfig::default()
     };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .context("cannot listen on a loopback port")?;
-    let addr = listener.local_addr()?;
     eprintln!("pagoda: loading {}", path.display());
-    let state = tokio::task::spawn_blocking(move || pagoda_server::load(&path, &setup, config))
-        .await
-        .context("model loading panicked")?
-        .context("cannot load the model")?;
-    tokio::spawn(pagoda_server::serve(
-        listener,
-        state,
-        std::future::pending::<()>(),
-    ));
-    Ok((format!("http://{addr}"), name))
+    let server = local_server::start(path, setup, config).await?;
+    Ok((server.base_url.clone(), name, server))
 }
 
 #[cfg(test)]

@@ -99,7 +99,13 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
             crate::engine_args::set_threads(args.threads)?;
             let path = crate::model_path::resolve(Some(model.clone()), false)?;
             eprintln!("profiling {} on this machine (seconds)...", path.display());
-            profile::measure(&path, &args.kv_cache_dtype, pagoda_hf::Quantization::Q8_0)?
+            profile::measure(
+                &path,
+                &args.kv_cache_dtype,
+                pagoda_hf::Quantization::Q8_0,
+                profile::DEFAULT_ROUNDS,
+                true,
+            )?
         }
         (None, None) => bail!("pass --model or --profile"),
     };
@@ -155,6 +161,11 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
     println!(
         "max goodput per replica   {:.3} req/s (at {:.3} req/s offered)",
         plan.max_goodput_rps, plan.max_rate_rps
+    );
+    println!(
+        "with {:.0}% slower steps     {:.3} req/s offered (a margin for a machine whose speed drifts)",
+        (pagoda_capacity::plan_types::SLOWER_STEPS - 1.0) * 100.0,
+        plan.max_rate_rps_slower_steps
     );
     println!("binding resource          {}", plan.binding_resource);
     println!(

@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use clap::Args;
+use pagoda_capacity::step_cost::median;
 use pagoda_capacity::{CostProfile, DecodePoint, KvBytes, Machine, ModelInfo, PrefillPoint};
 use pagoda_core::SamplingParams;
 use pagoda_model::{CpuExecutor, ForwardBatch, KvCacheDtype, Logits, Sampler, SeqChunk};
@@ -35,11 +36,11 @@ const PREFILL: &[(usize, usize)] = &[
     (256, 1024),
     (256, 2048),
 ];
-/// Timed runs of each shape; the quickest is kept (noise on a shared machine only adds time).
-const RUNS: usize = 2;
 /// Decode batches timed, each at both contexts.
 const DECODE_SEQS: &[usize] = &[1, 4, 16, 32];
 const DECODE_CONTEXTS: &[usize] = &[128, 1024];
+/// Rounds over the grid when `pagoda plan` profiles this machine itself.
+pub const DEFAULT_ROUNDS: usize = 5;
 
 #[derive(Args, Clone, Debug)]
 pub struct ProfileArgs {
@@ -58,6 +59,15 @@ pub struct ProfileArgs {
     /// Quantization of a Hugging Face checkpoint's matrices (as `serve`).
     #[arg(long, default_value = "q8_0", value_parser = ["q8_0", "q4_k", "q4_0", "none"])]
     pub quantization: String,
+    /// Rounds over the whole grid; each shape keeps its median round. More rounds give a
+    /// steadier profile on a machine whose speed drifts (each round takes a few seconds).
+    #[arg(long, default_value_t = DEFAULT_ROUNDS as u32, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub rounds: u32,
+    /// Skip the served decode steps (a server on a loopback port in this process, about half a
+    /// minute on a 1.5B model): the plan then prices bare forwards, which ran 4-10% quicker
+    /// than served steps here.
+    #[arg(long)]
+    pub no_served: bool,
 }
 
 pub fn run(args: ProfileArgs) -> anyhow::Result<()> {
@@ -65,7 +75,13 @@ pub fn run(args: ProfileArgs) -> anyhow::Result<()> {
     crate::engine_args::set_threads(args.threads)?;
     let quantization = pagoda_hf::Quantization::from_name(&args.quantization)
         .with_context(|| format!("--quantization {}", args.quantization))?;
-    let profile = measure(&path, &args.kv_cache_dtype, quantization)?;
+    let profile = measure(
+        &path,
+        &args.kv_cache_dtype,
+        quantization,
+        args.rounds as usize,
+        !args.no_served,
+    )?;
     let json = profile.to_json();
     match &args.output {
         Some(out) => {
@@ -82,6 +98,8 @@ pub fn measure(
     path: &Path,
     kv_dtype: &str,
     quantization: pagoda_hf::Quantization,
+    rounds: usize,
+    served: bool,
 ) -> anyhow::Result<CostProfile> {
     let started = Instant::now();
     let opened = pagoda_server::open_model(path, quantization)
@@ -97,7 +115,8 @@ pub fn measure(
         model.set_kv_cache_dtype(dtype);
         *slot = model.config().kv_bytes_per_token() as u64;
     }
-    model.set_kv_cache_dtype(kv_dtype.parse().context("--kv-cache-dtype")?);
+    let kv_cache_dtype: KvCacheDtype = kv_dtype.parse().context("--kv-cache-dtype")?;
+    model.set_kv_cache_dtype(kv_cache_dtype);
     let config = model.config().clone();
     let bytes_per_token = config.kv_bytes_per_token().max(1) as u64;
     let num_blocks = (ARENA_BYTES / (bytes_per_token * BLOCK_SIZE as u64)).max(8) as usize;
@@ -107,33 +126,85 @@ pub fn measure(
     // and decode batch get one too: timed cold (buffers grown inside the timed pass), a 1.5B
     // model's 256- and 512-token chunks read 5% and 9% slower and its 16-sequence decode 22%
     // slower (docs/capacity.md, "Predictions against sweeps").
-    time_batch(&mut exec, &[(16, 0)], 1)?;
+    time_batch(&mut exec, &[(16, 0)])?;
     let largest = PREFILL.iter().map(|&(n, _)| n).max().unwrap_or(1);
-    time_batch(&mut exec, &[(largest, 0)], 1)?;
+    time_batch(&mut exec, &[(largest, 0)])?;
     let seqs = DECODE_SEQS.iter().copied().max().unwrap_or(1);
     let context = DECODE_CONTEXTS.iter().copied().max().unwrap_or(0);
-    time_batch(&mut exec, &vec![(1, context); seqs], 1)?;
-    let mut prefill = Vec::new();
-    for &(tokens, context) in PREFILL {
-        let secs = time_batch(&mut exec, &[(tokens, context)], RUNS)?;
-        prefill.push(PrefillPoint {
+    time_batch(&mut exec, &vec![(1, context); seqs])?;
+    // Every shape once per round, the rounds one after another, so a drift of the machine's
+    // speed (this one's moved a shape by 10-20% between runs minutes apart) falls on all
+    // shapes alike; the median round is kept, a typical step rather than the quickest one
+    // (the quickest of two made every plan optimistic against the sweeps).
+    let shapes: Vec<Vec<(usize, usize)>> = PREFILL
+        .iter()
+        .map(|&(tokens, context)| vec![(tokens, context)])
+        .chain(DECODE_CONTEXTS.iter().flat_map(|&context| {
+            DECODE_SEQS
+                .iter()
+                .map(move |&seqs| vec![(1, context); seqs])
+        }))
+        .collect();
+    let mut times = vec![Vec::with_capacity(rounds); shapes.len()];
+    for _ in 0..rounds.max(1) {
+        for (shape, secs) in shapes.iter().zip(&mut times) {
+            secs.push(time_batch(&mut exec, shape)?);
+        }
+    }
+    let typical: Vec<f64> = times
+        .iter()
+        .map(|t| median(t.clone()).unwrap_or(0.0))
+        .collect();
+    let spread = times
+        .iter()
+        .map(|t| {
+            let lo = t.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = t.iter().copied().fold(0.0, f64::max);
+            if lo > 0.0 { hi / lo - 1.0 } else { 0.0 }
+        })
+        .fold(0.0f64, f64::max);
+    let prefill: Vec<PrefillPoint> = PREFILL
+        .iter()
+        .zip(&typical)
+        .map(|(&(tokens, context), &secs)| PrefillPoint {
             tokens,
             context,
             secs,
-        });
-    }
-    let mut decode = Vec::new();
-    for &context in DECODE_CONTEXTS {
-        for &seqs in DECODE_SEQS {
-            let secs = time_batch(&mut exec, &vec![(1, context); seqs], RUNS)?;
-            decode.push(DecodePoint {
-                seqs,
-                context,
-                secs,
-            });
-        }
+        })
+        .collect();
+    let decode: Vec<DecodePoint> = DECODE_CONTEXTS
+        .iter()
+        .flat_map(|&context| DECODE_SEQS.iter().map(move |&seqs| (seqs, context)))
+        .zip(&typical[PREFILL.len()..])
+        .map(|((seqs, context), &secs)| DecodePoint {
+            seqs,
+            context,
+            secs,
+        })
+        .collect();
+    if rounds > 1 {
+        eprintln!(
+            "{rounds} rounds; the widest spread of a shape's rounds: {:.0}% (slowest over quickest)",
+            spread * 100.0
+        );
     }
     let sample_secs_per_seq = time_sampling(exec.vocab_size());
+    // The forwards' model leaves memory before the server loads its own copy.
+    drop(exec);
+    let served_decode = if served {
+        let points = crate::profile_served::measure(path, kv_cache_dtype, quantization)
+            .context("timing served decode steps (--no-served skips them)")?;
+        for p in &points {
+            eprintln!(
+                "served: a decode step of {} sequences {:.1} ms",
+                p.seqs,
+                p.secs * 1e3
+            );
+        }
+        points
+    } else {
+        Vec::new()
+    };
     let file_bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     eprintln!("profiled in {:.1} s", started.elapsed().as_secs_f64());
     Ok(CostProfile {
@@ -156,14 +227,13 @@ pub fn measure(
         decode,
         sample_secs_per_seq,
         step_overhead_secs: 0.0,
+        served_decode,
     })
 }
 
-/// Seconds of one forward over `seqs` (new tokens, context before them), the quickest of `runs`
-/// (noise on a shared machine only ever adds time); logits for each sequence's last token, as
-/// a step samples. Chunks of 256 tokens and more were timed once, and one slow run of the
-/// chunk after 1,024 cached tokens set the planner's prompt slope.
-fn time_batch(exec: &mut CpuExecutor, seqs: &[(usize, usize)], runs: usize) -> anyhow::Result<f64> {
+/// Seconds of one forward over `seqs` (new tokens, context before them), with logits for each
+/// sequence's last token, as a step samples.
+fn time_batch(exec: &mut CpuExecutor, seqs: &[(usize, usize)]) -> anyhow::Result<f64> {
     let num_blocks = exec.kv_cache.num_blocks();
     let groups = exec.kv_cache.plan().num_groups();
     let tokens: Vec<Vec<u32>> = seqs.iter().map(|&(n, _)| vec![0u32; n]).collect();
@@ -192,14 +262,10 @@ fn time_batch(exec: &mut CpuExecutor, seqs: &[(usize, usize)], runs: usize) -> a
         })
         .collect();
     let batch = ForwardBatch::from_seqs(&chunks, BLOCK_SIZE);
-    let mut best = f64::INFINITY;
-    for _ in 0..runs.max(1) {
-        let t = Instant::now();
-        exec.forward(&batch)
-            .map_err(|e| anyhow::anyhow!("forward pass of {seqs:?} failed: {e}"))?;
-        best = best.min(t.elapsed().as_secs_f64());
-    }
-    Ok(best)
+    let t = Instant::now();
+    exec.forward(&batch)
+        .map_err(|e| anyhow::anyhow!("forward pass of {seqs:?} failed: {e}"))?;
+    Ok(t.elapsed().as_secs_f64())
 }
 
 /// Seconds to sample one row of `vocab` logits with Qwen's recommended settings (temperature

@@ -1,5 +1,6 @@
 //! `pagoda plan` on a saved cost profile (no model): the JSON fields scripts rely on, the
-//! unattainable-SLO error naming the binding resource, a bad profile named in one line.
+//! unattainable-SLO error naming the binding resource, a bad profile named in one line; and
+//! `pagoda profile` on a tiny random model, served steps included, feeding a plan.
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -121,5 +122,76 @@ fn plan_json_has_the_fields_scripts_use_and_errors_name_the_resource() {
         !out.status.success() && err.contains("bad.json") && err.lines().count() == 1,
         "{err}"
     );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn profile_times_forwards_and_served_steps_and_plans_from_them() {
+    let dir = tempdir().join("profile");
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let model = dir.join("tiny.gguf");
+    let tiny = pagoda_testkit::tiny_model::TinyModel {
+        // The profile's longest chunk ends at 2,304 tokens.
+        context_length: 4096,
+        ..pagoda_testkit::tiny_model::TinyModel::llama()
+    };
+    std::fs::write(&model, tiny.to_bytes()).expect("write model");
+    let out_path = dir.join("profile.json");
+    let out = pagoda(&[
+        "profile",
+        "--model",
+        model.to_str().expect("path"),
+        "--threads",
+        "1",
+        "--rounds",
+        "2",
+        "-o",
+        out_path.to_str().expect("path"),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("2 rounds"), "{err}");
+    let text = std::fs::read_to_string(&out_path).expect("profile written");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    assert_eq!(v["decode"].as_array().expect("decode").len(), 8);
+    // One served decode step of 1, 4 and 16 sequences, each a real (positive) time.
+    let served = v["served_decode"].as_array().expect("served_decode");
+    let seqs: Vec<u64> = served
+        .iter()
+        .map(|p| p["seqs"].as_u64().expect("seqs"))
+        .collect();
+    assert_eq!(seqs, [1, 4, 16]);
+    assert!(
+        served
+            .iter()
+            .all(|p| p["secs"].as_f64().is_some_and(|s| s > 0.0 && s < 10.0)),
+        "{served:?}"
+    );
+    let out = pagoda(&[
+        "plan",
+        "--profile",
+        out_path.to_str().expect("path"),
+        "--prompt-tokens",
+        "64",
+        "--output-tokens",
+        "16",
+        "--slo",
+        "ttft=2s,tpot=200ms",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert!(plan["max_goodput_rps"].as_f64().expect("max_goodput_rps") > 0.0);
+    let (rate, margin) = (
+        plan["plan"]["max_rate_rps"].as_f64().expect("max_rate_rps"),
+        plan["plan"]["max_rate_rps_slower_steps"]
+            .as_f64()
+            .expect("max_rate_rps_slower_steps"),
+    );
+    assert!(margin > 0.0 && margin <= rate, "{margin} vs {rate}");
     std::fs::remove_dir_all(&dir).ok();
 }
