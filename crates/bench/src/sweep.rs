@@ -1,7 +1,8 @@
 //! `pagoda bench --sweep`: the highest request rate whose run meets the SLO. Each probe is an
 //! ordinary open-loop run of `--num-requests` at one rate (fresh prompts each, so no probe
-//! hits the prefix cache of another, but for the system prompts of a shared-prefix workload,
-//! which `--warmup` caches before the first probe); the rates come from `pagoda_capacity::RateSearch`, the
+//! hits the prefix cache of another, but for a shared-prefix workload's system prompts under
+//! `--prefix-warmup`, which its warm-up caches before the first probe); the rates come from
+//! `pagoda_capacity::RateSearch`, the
 //! search the planner runs on its simulation, and "meets" is `pagoda_capacity::slo`'s rule (at
 //! least 90% of requests within every target), so measured and predicted answers compare.
 

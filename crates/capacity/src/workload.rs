@@ -67,7 +67,7 @@ pub struct Workload {
     /// Leading prompt tokens every request shares (cached after the first request).
     pub shared_prefix_tokens: u32,
     /// The shared prefix is in the prefix cache before the first request arrives: a steady
-    /// state, and what `pagoda bench --warmup` gives a shared-prefix run. Otherwise the first
+    /// state, and what `pagoda bench --prefix-warmup` gives a shared-prefix run. Otherwise the first
     /// request computes it and every request arriving meanwhile waits on that prefill.
     #[serde(default)]
     pub shared_prefix_cached: bool,

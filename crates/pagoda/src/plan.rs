@@ -31,7 +31,7 @@ pub struct PlanArgs {
     #[arg(long, default_value_t = 0)]
     pub shared_prefix_tokens: u32,
     /// The shared prefix is cached before the first request (a steady state; what `pagoda bench
-    /// --warmup` gives a shared-prefix run); otherwise the first request computes it.
+    /// --prefix-warmup` gives a shared-prefix run); otherwise the first request computes it.
     #[arg(long, requires = "shared_prefix_tokens")]
     pub shared_prefix_cached: bool,
     /// Targets: ttft=2s,tpot=120ms[,e2e=30s]; a ttft or e2e target is required.

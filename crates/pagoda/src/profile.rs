@@ -193,7 +193,7 @@ pub fn measure(
     drop(exec);
     let served_decode = if served {
         let points = crate::profile_served::measure(path, kv_cache_dtype, quantization)
-            .context("timing served decode steps (--no-served skips them)")?;
+            .context("timing served decode steps (`pagoda profile --no-served` skips them)")?;
         for p in &points {
             eprintln!(
                 "served: a decode step of {} sequences {:.1} ms",

@@ -125,52 +125,39 @@ fn plan_json_has_the_fields_scripts_use_and_errors_name_the_resource() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-#[test]
-fn profile_times_forwards_and_served_steps_and_plans_from_them() {
-    let dir = tempdir().join("profile");
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let model = dir.join("tiny.gguf");
-    let tiny = pagoda_testkit::tiny_model::TinyModel {
-        // The profile's longest chunk ends at 2,304 tokens.
-        context_length: 4096,
-        ..pagoda_testkit::tiny_model::TinyModel::llama()
-    };
-    std::fs::write(&model, tiny.to_bytes()).expect("write model");
-    let out_path = dir.join("profile.json");
-    let out = pagoda(&[
-        "profile",
-        "--model",
-        model.to_str().expect("path"),
-        "--threads",
-        "1",
-        "--rounds",
-        "2",
-        "-o",
-        out_path.to_str().expect("path"),
-    ]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
-    assert!(err.contains("2 rounds"), "{err}");
-    let text = std::fs::read_to_string(&out_path).expect("profile written");
-    let v: serde_json::Value = serde_json::from_str(&text).expect("JSON");
-    assert_eq!(v["decode"].as_array().expect("decode").len(), 8);
-    // One served decode step of 1, 4 and 16 sequences, each a real (positive) time.
-    let served = v["served_decode"].as_array().expect("served_decode");
-    let seqs: Vec<u64> = served
-        .iter()
-        .map(|p| p["seqs"].as_u64().expect("seqs"))
-        .collect();
-    assert_eq!(seqs, [1, 4, 16]);
-    assert!(
-        served
-            .iter()
-            .all(|p| p["secs"].as_f64().is_some_and(|s| s > 0.0 && s < 10.0)),
-        "{served:?}"
+/// `pagoda profile` of `model` with `extra` flags into `out`: its stderr and the profile.
+fn profile(
+    model: &std::path::Path,
+    out: &std::path::Path,
+    extra: &[&str],
+) -> (String, serde_json::Value) {
+    let run = pagoda(
+        &[
+            &[
+                "profile",
+                "--model",
+                model.to_str().expect("path"),
+                "--threads",
+                "1",
+                "-o",
+                out.to_str().expect("path"),
+            ][..],
+            extra,
+        ]
+        .concat(),
     );
+    let err = String::from_utf8_lossy(&run.stderr).into_owned();
+    assert!(run.status.success(), "{err}");
+    let text = std::fs::read_to_string(out).expect("profile written");
+    (err, serde_json::from_str(&text).expect("JSON"))
+}
+
+/// `pagoda plan --json` on the profile at `path`.
+fn plan_of(path: &std::path::Path) -> serde_json::Value {
     let out = pagoda(&[
         "plan",
         "--profile",
-        out_path.to_str().expect("path"),
+        path.to_str().expect("path"),
         "--prompt-tokens",
         "64",
         "--output-tokens",
@@ -184,7 +171,49 @@ fn profile_times_forwards_and_served_steps_and_plans_from_them() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
+fn priced_as_served(plan: &serde_json::Value) -> bool {
+    plan["plan"]["reasoning"]
+        .as_array()
+        .expect("reasoning")
+        .iter()
+        .any(|l| l.as_str().is_some_and(|l| l.contains("priced as served")))
+}
+
+#[test]
+fn profile_times_forwards_and_served_steps_and_plans_from_them() {
+    let dir = tempdir().join("profile");
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let model = dir.join("tiny.gguf");
+    let tiny = pagoda_testkit::tiny_model::TinyModel {
+        // The profile's longest chunk ends at 2,304 tokens.
+        context_length: 4096,
+        ..pagoda_testkit::tiny_model::TinyModel::llama()
+    };
+    std::fs::write(&model, tiny.to_bytes()).expect("write model");
+
+    let served_path = dir.join("served.json");
+    let (err, v) = profile(&model, &served_path, &["--rounds", "2"]);
+    assert!(err.contains("2 rounds"), "{err}");
+    assert_eq!(v["decode"].as_array().expect("decode").len(), 8);
+    // One served decode step of 1, 4 and 16 sequences (the real server in the process), each
+    // a real (positive) time, and the plan prices its steps by them.
+    let served = v["served_decode"].as_array().expect("served_decode");
+    let seqs: Vec<u64> = served
+        .iter()
+        .map(|p| p["seqs"].as_u64().expect("seqs"))
+        .collect();
+    assert_eq!(seqs, [1, 4, 16]);
+    assert!(
+        served
+            .iter()
+            .all(|p| p["secs"].as_f64().is_some_and(|s| s > 0.0 && s < 10.0)),
+        "{served:?}"
+    );
+    let plan = plan_of(&served_path);
+    assert!(priced_as_served(&plan), "{plan}");
     assert!(plan["max_goodput_rps"].as_f64().expect("max_goodput_rps") > 0.0);
     let (rate, margin) = (
         plan["plan"]["max_rate_rps"].as_f64().expect("max_rate_rps"),
@@ -193,5 +222,11 @@ fn profile_times_forwards_and_served_steps_and_plans_from_them() {
             .expect("max_rate_rps_slower_steps"),
     );
     assert!(margin > 0.0 && margin <= rate, "{margin} vs {rate}");
+
+    // --no-served: bare forwards, priced as they are.
+    let bare_path = dir.join("bare.json");
+    let (_, v) = profile(&model, &bare_path, &["--rounds", "1", "--no-served"]);
+    assert!(v.get("served_decode").is_none(), "{v}");
+    assert!(!priced_as_served(&plan_of(&bare_path)));
     std::fs::remove_dir_all(&dir).ok();
 }
