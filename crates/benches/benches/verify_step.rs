@@ -11,7 +11,8 @@
 //! the output head's rows kept (a draft's narrowed head), `PAGODA_THREADS` the pool (default 2). `VERIFY_ITERS=n` skips criterion and
 //! prints the median of n timed runs per point (the forward steps, then the matmuls), for
 //! `perf` and for before/after runs interleaved by hand; there `VERIFY_ONLY=forward` or `matmul`
-//! runs one half, `VERIFY_SHAPE=gate_up` one matrix.
+//! runs one half, `VERIFY_SHAPE=gate_up` one matrix, `VERIFY_COLD=24` takes 24 copies of
+//! each matrix in turn so that every product reads its weights from memory, as in a forward pass.
 #![allow(clippy::unwrap_used)]
 
 use std::hint::black_box;
@@ -178,7 +179,19 @@ fn fixed_forward(iters: usize) {
 fn fixed_matmul(iters: usize) {
     let shape = std::env::var("VERIFY_SHAPE").unwrap_or_default();
     for &(name, ty, n, kk) in SHAPES.iter().filter(|s| shape.is_empty() || s.0 == shape) {
-        let p = weights(ty, n, kk);
+        // `VERIFY_COLD=n`: n copies of the matrix taken in turn, so each product streams its
+        // weights from memory as a forward pass does (n x the matrix well past the L3).
+        let copies: usize = std::env::var("VERIFY_COLD")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1)
+            .max(1);
+        let ps: Vec<PackedMatrix> = (0..copies).map(|_| weights(ty, n, kk)).collect();
+        let mut turn = 0usize;
+        let mut next = || {
+            turn = (turn + 1) % copies;
+            &ps[turn]
+        };
         let mut scratch = MatmulScratch::default();
         let mut line = format!("{name:>9} {ty} {n}x{kk} us:");
         let mut base = None;
@@ -189,11 +202,11 @@ fn fixed_matmul(iters: usize) {
             let mut y = vec![0f32; t * n];
             // Enough runs for ~0.3 s: the CPU clock advances in scheduler ticks.
             let t0 = Instant::now();
-            matmul_packed_into(&p, &x, t, &mut [&mut y], &mut scratch);
+            matmul_packed_into(next(), &x, t, &mut [&mut y], &mut scratch);
             let once = t0.elapsed().as_secs_f64();
             let iters = iters.max((0.3 / once) as usize).min(2000);
             let (_, min, cpu) = timed_ms(iters, || {
-                matmul_packed_into(black_box(&p), &x, t, &mut [&mut y], &mut scratch)
+                matmul_packed_into(black_box(next()), &x, t, &mut [&mut y], &mut scratch)
             });
             // One thread: its CPU time; several: the fastest wall time.
             let us = 1e3

@@ -37,7 +37,9 @@ pub(super) static KERNELS: PackedKernels = PackedKernels {
     gemv: None,
     vnni: None,
     max_mr: 3,
-    few_rows_mr: Some(8),
+    // 8 rows' i16 and i32 sums alone fill the 16 registers: an 8-row call of Qwen 1.5B's
+    // gate/up took 1.9 ms where 4 + 4 took 1.0-1.2.
+    few_rows_mr: Some(7),
     unpacked: None,
     reference,
 };
@@ -128,12 +130,7 @@ unsafe fn gemm<const MR: usize>(
         let mut acc = [_mm256_setzero_ps(); MR];
         for ib in 0..nb {
             let g = w.add(ib * GROUP_BYTES);
-            // One or two rows leave a call bound by the weights' reads (a decode step, a
-            // verify step of one proposal); more rows keep it busy computing, where the
-            // prefetches only took load slots (Qwen 1.5B steps of 9 and 16 rows).
-            if MR <= 2 {
-                super::prefetch_ahead(g, GROUP_BYTES);
-            }
+            super::prefetch_next_group(g, nb, GROUP_BYTES);
             let ab = a.add(ib * ACT_BLOCK);
             let isum = if MR <= 3 {
                 chunk_sums::<MR>(g, ab, a_row, m4, sc_mask)
@@ -228,30 +225,53 @@ unsafe fn sub_block_sums<const MR: usize>(
     // SAFETY: as `chunk_sums`.
     unsafe {
         let mut isum = [_mm256_setzero_si256(); MR];
-        for j in 0..8 {
-            // Sub-block j is the low (even j) or high nibbles of chunk j / 2; the bounds of
-            // `chunk_sums` hold.
-            let qs = g.add(QS + 256 * (j / 2));
-            let mut s16 = [_mm256_setzero_si256(); MR];
-            for s in 0..8 {
-                let q = _mm256_loadu_si256(qs.add(32 * s) as *const __m256i);
-                let v = if j % 2 == 0 {
-                    _mm256_and_si256(q, m4)
-                } else {
-                    _mm256_and_si256(_mm256_srli_epi16(q, 4), m4)
-                };
-                for i in 0..MR {
-                    let yp = ab.add(i * a_row + 4 + 32 * j + 4 * s) as *const i32;
-                    let yv = _mm256_set1_epi32(yp.read_unaligned());
-                    s16[i] = _mm256_add_epi16(s16[i], _mm256_maddubs_epi16(v, yv));
-                }
-            }
-            let sc = scales(g, j, sc_mask);
-            for i in 0..MR {
-                isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(s16[i], sc));
-            }
+        // A trip count LLVM cannot see keeps the chunk loop a loop: unrolled whole, its 8
+        // sub-blocks were scheduled as one body, and 6- and 7-row calls ran 10-25% slower.
+        for c in 0..std::hint::black_box(4) {
+            sub_block::<MR, false>(g, ab, a_row, c, m4, sc_mask, &mut isum);
+            sub_block::<MR, true>(g, ab, a_row, c, m4, sc_mask, &mut isum);
         }
         isum
+    }
+}
+
+/// Adds sub-block `2c` (the low nibbles of chunk `c`) or `2c + 1` (`HIGH`: the high nibbles)
+/// to `isum`. Which nibbles is a constant so that the step loop has no branch: with `j % 2`
+/// tested at run time, LLVM hoisted 4- and 7-row calls' activation broadcasts of all 8 steps
+/// into stack slots and read them back (those calls ran 1.5-2x slower per row than 5).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn sub_block<const MR: usize, const HIGH: bool>(
+    g: *const u8,
+    ab: *const u8,
+    a_row: usize,
+    c: usize,
+    m4: __m256i,
+    sc_mask: __m256i,
+    isum: &mut [__m256i; MR],
+) {
+    // SAFETY: as `chunk_sums`; the bounds of `chunk_sums` hold for each sub-block.
+    unsafe {
+        let j = 2 * c + HIGH as usize;
+        let qs = g.add(QS + 256 * c);
+        let mut s16 = [_mm256_setzero_si256(); MR];
+        for s in 0..8 {
+            let q = _mm256_loadu_si256(qs.add(32 * s) as *const __m256i);
+            let v = if HIGH {
+                _mm256_and_si256(_mm256_srli_epi16(q, 4), m4)
+            } else {
+                _mm256_and_si256(q, m4)
+            };
+            for i in 0..MR {
+                let yp = ab.add(i * a_row + 4 + 32 * j + 4 * s) as *const i32;
+                let yv = _mm256_set1_epi32(yp.read_unaligned());
+                s16[i] = _mm256_add_epi16(s16[i], _mm256_maddubs_epi16(v, yv));
+            }
+        }
+        let sc = scales(g, j, sc_mask);
+        for i in 0..MR {
+            isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(s16[i], sc));
+        }
     }
 }
 

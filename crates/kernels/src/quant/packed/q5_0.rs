@@ -136,8 +136,9 @@ unsafe fn gemm_with<S: ChunkSource, const MR: usize>(
         let mut acc = [_mm256_setzero_ps(); MR];
         for ib in 0..nb {
             let g = w.add(ib * S::BYTES);
-            if MR == 1 {
-                super::prefetch_ahead(g, S::BYTES);
+            // An unpacked block is one group in a small buffer: nothing to fetch ahead.
+            if S::IN_MEMORY {
+                super::prefetch_next_group(g, nb, S::BYTES);
             }
             let ab = a.add(ib * ACT_BLOCK);
             // Quants 0..=31 times Q8_0 activations in -127..=127 (both quantizers scale amax to
@@ -182,6 +183,8 @@ unsafe fn gemm_with<S: ChunkSource, const MR: usize>(
 trait ChunkSource {
     /// Bytes of one block in this form.
     const BYTES: usize;
+    /// The blocks are the packed matrix's, read from memory group after group.
+    const IN_MEMORY: bool;
     unsafe fn begin(g: *const u8) -> Self;
     /// Chunk `c`'s `lo` and `hi` quant vectors (called in order c = 0, 1, 2, 3).
     unsafe fn chunk(&mut self, g: *const u8, c: usize) -> (__m256i, __m256i);
@@ -198,6 +201,7 @@ struct Chunks {
 
 impl ChunkSource for Chunks {
     const BYTES: usize = GROUP_BYTES;
+    const IN_MEMORY: bool = true;
 
     #[inline(always)]
     unsafe fn begin(g: *const u8) -> Self {
@@ -234,6 +238,7 @@ struct Loaded;
 
 impl ChunkSource for Loaded {
     const BYTES: usize = UNPACKED_BYTES;
+    const IN_MEMORY: bool = false;
 
     #[inline(always)]
     unsafe fn begin(_: *const u8) -> Self {
@@ -259,6 +264,7 @@ unsafe fn unpack(w: *const u8, nb: usize, dst: *mut u8) {
         // SAFETY: per the contract, block ib of `w` and of `dst` are in bounds.
         unsafe {
             let (g, u) = (w.add(ib * GROUP_BYTES), dst.add(ib * UNPACKED_BYTES));
+            super::prefetch_next_group(g, nb, GROUP_BYTES);
             std::ptr::copy_nonoverlapping(g, u, 16);
             let mut chunks = Chunks::begin(g);
             for c in 0..4 {

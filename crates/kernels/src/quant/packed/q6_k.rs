@@ -148,11 +148,9 @@ unsafe fn gemm_with<S: QuantSource, const MR: usize>(
         let mut acc = [_mm256_setzero_ps(); MR];
         for ib in 0..nb {
             let g = w.add(ib * S::BYTES);
-            // One or two rows leave a call bound by the weights' reads (a decode step, a
-            // verify step of one proposal); more rows keep it busy computing, where the
-            // prefetches only took load slots (Qwen 1.5B steps of 9 and 16 rows).
-            if MR <= 2 {
-                super::prefetch_ahead(g, S::BYTES);
+            // An unpacked block is one group in a small buffer: nothing to fetch ahead.
+            if S::IN_MEMORY {
+                super::prefetch_next_group(g, nb, S::BYTES);
             }
             let ab = a.add(ib * ACT_BLOCK);
             // Up to 3 rows add their offset terms in this loop; from 4 rows on the offsets
@@ -237,6 +235,8 @@ unsafe fn add_offsets<const MR: usize>(
 trait QuantSource {
     /// Bytes of one block in this form.
     const BYTES: usize;
+    /// The blocks are the packed matrix's, read from memory group after group.
+    const IN_MEMORY: bool;
     unsafe fn quants(g: *const u8, sub: usize) -> [__m256i; 4];
 }
 
@@ -247,6 +247,7 @@ struct Loaded;
 
 impl QuantSource for Packed {
     const BYTES: usize = GROUP_BYTES;
+    const IN_MEMORY: bool = true;
 
     #[inline(always)]
     unsafe fn quants(g: *const u8, sub: usize) -> [__m256i; 4] {
@@ -280,6 +281,7 @@ impl QuantSource for Packed {
 
 impl QuantSource for Loaded {
     const BYTES: usize = UNPACKED_BYTES;
+    const IN_MEMORY: bool = false;
 
     #[inline(always)]
     unsafe fn quants(g: *const u8, sub: usize) -> [__m256i; 4] {
