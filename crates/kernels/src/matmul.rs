@@ -48,8 +48,8 @@ const ACT_PANEL: usize = 32;
 const UNPACK_MIN_ROWS: usize = 8;
 
 /// Products of at most this many activation rows (a speculative verify step, a small decode
-/// batch) take a type's wide kernels ([`PackedKernels`]'s `few_rows_mr`) where it has them: at
-/// most two calls per group, each weight block unpacked for up to 8 rows at once.
+/// batch) take a type's wide kernels ([`PackedKernels`]'s `few_rows_mr`) where it has them: two
+/// or three calls per group at most, each weight block unpacked for up to 7 or 8 rows at once.
 const FEW_ROWS: usize = 16;
 
 thread_local! {

@@ -211,7 +211,7 @@ unsafe fn chunk_sums<const MR: usize>(
 }
 
 /// `isum` of [`gemm`] for 4 to 8 rows: one 32-element sub-block at a time, so a row's state is
-/// one i16 and one i32 accumulator and up to 8 rows share each load and split of the weights
+/// one i16 and one i32 accumulator and up to 7 rows share each load and split of the weights
 /// (taking 3 rows per call repeated that work per 3 rows; with two sub-blocks at a time, 4 rows'
 /// state spilled out of the 16 registers). The same exact integer sums as [`chunk_sums`].
 #[inline(always)]
