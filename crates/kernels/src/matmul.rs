@@ -64,11 +64,14 @@ const TASKS_PER_THREAD: usize = 8;
 /// Tasks per thread of a packed product of a decode batch (2..=[`ACT_PANEL`] rows), which is
 /// compute-bound: a task of 1/16 of a 16-row product of Qwen 1.5B's gate/up is ~0.3 ms, and
 /// the thread that finishes first waits for the other's last task, about half a task per
-/// product on average. Smaller tasks shorten that wait (16 sequences: ~4% less CPU and wall
-/// time a step, loaded). One row keeps [`TASKS_PER_THREAD`], whose longer runs of groups
-/// stream the weights; so do prompts, where each task walks every activation panel over its
-/// groups and smaller tasks would read the panels more often.
-const TASKS_PER_THREAD_ROWS: usize = 32;
+/// product on average. Smaller tasks shorten that wait (8 -> 32 tasks, 16 sequences: ~4% less
+/// CPU and wall time a step, loaded). But each task's first group is not fetched ahead (see
+/// `packed::prefetch_next_group`), and with that prefetch in place 16 measured better than 32
+/// (Qwen 1.5B forward, idle, 6 of 7 interleaved rounds: 5 rows -5 to -10%, 16 rows -3 to -5%).
+/// One row keeps [`TASKS_PER_THREAD`], whose longer runs of groups stream the weights; so do
+/// prompts, where each task walks every activation panel over its groups and smaller tasks
+/// would read the panels more often.
+const TASKS_PER_THREAD_ROWS: usize = 16;
 
 /// Below this many weight bytes times activation rows one thread does the whole product: the
 /// fork-join would cost more than it saves.
