@@ -411,35 +411,17 @@ impl PackedMatrix {
     }
 }
 
-/// How far ahead of the block in hand a one-row kernel asks for weights. A decode step streams
-/// every weight once; the hardware prefetcher alone left the Q8_0 LM head GEMV at ~16 GB/s of
-/// the ~26 two cores can read, and asking ~1 KB ahead brought it to 20-26 (Q8_0 has since moved
-/// to the multi-stream [`GemvFn`], which reads faster still without it).
-const PREFETCH_AHEAD: usize = 1024;
-
-/// Prefetches the `bytes` that lie [`PREFETCH_AHEAD`] past `g` (the block being read). The
-/// address may run past the weights' end: a prefetch never faults, and `wrapping_add` keeps
-/// the pointer arithmetic defined.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-pub(super) fn prefetch_ahead(g: *const u8, bytes: usize) {
-    use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-    let mut off = 0;
-    while off < bytes {
-        // SAFETY: SSE is baseline on x86_64; a prefetch reads nothing architecturally.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(g.wrapping_add(PREFETCH_AHEAD + off).cast()) };
-        off += 64;
-    }
-}
-
 /// Asks for the block at `g`'s index in the next group (`nb` blocks of `bytes` on) to be brought
 /// into L2. A task walks its groups in order, so that is the block this call's rows will read a
 /// group from now: ~7 KB (Qwen 1.5B's gate/up) to ~60 KB (its down) ahead, far enough for the
 /// bytes to arrive from memory while this group computes. The hardware prefetcher alone, or
-/// [`prefetch_ahead`]'s 1 KB into L1, left a verify step of 5-16 rows waiting on the weights as
-/// long as it computed (Qwen 1.5B forward, median of 15, interleaved, idle: 9 rows 111-123 ->
-/// 92-100 ms, 16 rows 170-185 -> 146-157, 5 rows 64-76 -> 57-64; 2 rows' LM head 5.4-6.3 ->
-/// 4.6-5.3 ms). A task's last group prefetches its neighbour's first, which another task may
+/// the 1 KB into L1 that the one- and two-row calls asked for before, left a verify step of
+/// 5-16 rows waiting on the weights as long as it computed (Qwen 1.5B forward, median of 15,
+/// interleaved, idle: 9 rows 111-123 -> 92-100 ms, 16 rows 170-185 -> 146-157, 5 rows 64-76 ->
+/// 57-64; 2 rows' LM head 5.4-6.3 -> 4.6-5.3 ms; SmolLM2's Q4_1 layers, 2 / 5 / 16 rows
+/// 6.4-7.6 -> 4.6-5.2, 9.0-10.9 -> 7.5-8.9, 21.5-25.0 -> 19.8-22.8 ms). Q8_0 keeps its
+/// multi-stream [`GemvFn`] for one row and no prefetch for more: there it measured no gain
+/// (SmolLM2's and Gemma 3's heads). A task's last group prefetches its neighbour's first, which another task may
 /// read: ~3% more traffic at most. Past the last group the address runs off the weights: a
 /// prefetch never faults, and `wrapping_add` keeps the arithmetic defined.
 #[cfg(target_arch = "x86_64")]

@@ -112,9 +112,7 @@ unsafe fn gemm<const MR: usize>(
         let mut acc = [_mm256_setzero_ps(); MR];
         for ib in 0..nb {
             let g = w.add(ib * GROUP_BYTES);
-            if MR == 1 {
-                super::prefetch_ahead(g, GROUP_BYTES);
-            }
+            super::prefetch_next_group(g, nb, GROUP_BYTES);
             let ab = a.add(ib * ACT_BLOCK);
             // Eight products of at most 2 * 15 * 128 each fit an i16 lane: sum them there and
             // widen once per block.
