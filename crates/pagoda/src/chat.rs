@@ -255,8 +255,8 @@ async fn first_model(
         .context("the server lists no models")
 }
 
-/// Loads the model and serves it on a loopback port for this process alone.
-/// The model of `args` on a server in this process, for as long as the returned handle lives.
+/// The model of `args` on a loopback port of this process, for as long as the returned handle
+/// lives.
 async fn serve_locally(args: &ChatArgs) -> anyhow::Result<(String, String, LocalServer)> {
     let setup = args.engine.resolve()?;
     let path = model_path::resolve(args.model.clone(), false)?;

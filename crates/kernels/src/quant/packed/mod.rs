@@ -479,6 +479,34 @@ mod tests {
         out
     }
 
+    /// `matmul` indexes `gemm[mr - 1]` for every call width a type asks for: each must exist.
+    #[test]
+    fn every_call_width_has_a_kernel() {
+        for ty in [
+            GgmlType::Q8_0,
+            GgmlType::Q4_1,
+            GgmlType::Q5_0,
+            GgmlType::Q4_K,
+            GgmlType::Q6_K,
+        ] {
+            let Some(k) = kernels(ty) else {
+                panic!("{ty} has packed kernels")
+            };
+            let widest = k.few_rows_mr.unwrap_or(0).max(k.max_mr);
+            assert!(
+                (1..=k.gemm.len()).contains(&widest) && k.gemm.len() <= MAX_MR,
+                "{ty}: calls of up to {widest} rows, {} kernels",
+                k.gemm.len()
+            );
+            if let Some(u) = &k.unpacked {
+                assert!((1..=u.gemm.len()).contains(&u.max_mr), "{ty} unpacked");
+            }
+            if let Some(v) = k.vnni {
+                assert_eq!(v.len(), k.gemm.len(), "{ty}: VNNI kernels for as many rows");
+            }
+        }
+    }
+
     #[test]
     fn direct_activation_quantizers_match_the_requantized_blocks() {
         if !crate::quant::dispatch::level_supported(SimdLevel::Avx2) {

@@ -32,13 +32,13 @@ pub(super) static KERNELS: PackedKernels = PackedKernels {
     group_bytes: GROUP_BYTES,
     pack_group,
     gemm: &[
-        gemm::<1>, gemm::<2>, gemm::<3>, gemm::<4>, gemm::<5>, gemm::<6>, gemm::<7>, gemm::<8>,
+        gemm::<1>, gemm::<2>, gemm::<3>, gemm::<4>, gemm::<5>, gemm::<6>, gemm::<7>,
     ],
     gemv: None,
     vnni: None,
     max_mr: 3,
-    // 8 rows' i16 and i32 sums alone fill the 16 registers: an 8-row call of Qwen 1.5B's
-    // gate/up took 1.9 ms where 4 + 4 took 1.0-1.2.
+    // No 8-row kernel: 8 rows' i16 and i32 sums alone fill the 16 registers, and an 8-row
+    // call of Qwen 1.5B's gate/up took 1.9 ms where 4 + 4 took 1.0-1.2.
     few_rows_mr: Some(7),
     unpacked: None,
     reference,
@@ -210,7 +210,7 @@ unsafe fn chunk_sums<const MR: usize>(
     }
 }
 
-/// `isum` of [`gemm`] for 4 to 8 rows: one 32-element sub-block at a time, so a row's state is
+/// `isum` of [`gemm`] for 4 to 7 rows: one 32-element sub-block at a time, so a row's state is
 /// one i16 and one i32 accumulator and up to 7 rows share each load and split of the weights
 /// (taking 3 rows per call repeated that work per 3 rows; with two sub-blocks at a time, 4 rows'
 /// state spilled out of the 16 registers). The same exact integer sums as [`chunk_sums`].
