@@ -421,9 +421,9 @@ impl PackedMatrix {
 /// 57-64; 2 rows' LM head 5.4-6.3 -> 4.6-5.3 ms; SmolLM2's Q4_1 layers, 2 / 5 / 16 rows
 /// 6.4-7.6 -> 4.6-5.2, 9.0-10.9 -> 7.5-8.9, 21.5-25.0 -> 19.8-22.8 ms). Q8_0 keeps its
 /// multi-stream [`GemvFn`] for one row and no prefetch for more: there it measured no gain
-/// (SmolLM2's and Gemma 3's heads). A task's last group prefetches its neighbour's first, which another task may
-/// read: ~3% more traffic at most. Past the last group the address runs off the weights: a
-/// prefetch never faults, and `wrapping_add` keeps the arithmetic defined.
+/// (SmolLM2's and Gemma 3's heads). A task's last group prefetches its neighbour's first, which
+/// another task may read: ~3% more traffic at most. Past the last group the address runs off
+/// the weights: a prefetch never faults, and `wrapping_add` keeps the arithmetic defined.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub(super) fn prefetch_next_group(g: *const u8, nb: usize, bytes: usize) {
